@@ -1,0 +1,30 @@
+from django.contrib import admin
+
+from catalog.models import Model, ServerModel, Variant
+
+
+class VariantInline(admin.TabularInline):
+    model = Variant
+    extra = 0
+
+
+@admin.register(Model)
+class ModelAdmin(admin.ModelAdmin):
+    list_display = ["name", "repo_id", "family", "params_total", "max_context", "license", "gated"]
+    list_filter = ["family", "gated", "license", "encoder_only"]
+    search_fields = ["name", "repo_id", "family", "architecture"]
+    inlines = [VariantInline]
+
+
+@admin.register(Variant)
+class VariantAdmin(admin.ModelAdmin):
+    list_display = ["__str__", "precision", "format", "size_bytes", "size_estimated", "engine", "min_compute_capability"]
+    list_filter = ["format", "engine", "precision", "size_estimated"]
+    search_fields = ["model__name", "model__repo_id", "repo_id"]
+
+
+@admin.register(ServerModel)
+class ServerModelAdmin(admin.ModelAdmin):
+    list_display = ["__str__", "state", "size_bytes", "path", "updated_at"]
+    list_filter = ["state"]
+    search_fields = ["variant__model__name", "path", "revision"]

@@ -1,0 +1,115 @@
+"""The models this server knows (marketplace), their variants, and files kept on this server."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class Task(models.TextChoices):
+    CHAT = "chat", "Chat"
+    REASONING = "reasoning", "Reasoning"
+    TOOL_CALLING = "tool_calling", "Tool calling"
+    EMBEDDINGS = "embeddings", "Embeddings"
+
+
+class Engine(models.TextChoices):
+    VLLM = "vllm", "vLLM"
+    LLAMACPP = "llamacpp", "llama.cpp"
+
+
+class Model(models.Model):
+    """A model in the catalog, with the architecture facts placement needs."""
+
+    repo_id = models.CharField(max_length=200, unique=True, help_text="Hugging Face repository id")
+    name = models.CharField(max_length=120)
+    family = models.CharField(max_length=60, blank=True)
+    architecture = models.CharField(max_length=80, blank=True)
+    description = models.TextField(blank=True)
+    tasks = models.JSONField(default=list, blank=True)
+    license = models.CharField(max_length=60, blank=True)
+    gated = models.BooleanField(default=False)
+    layers = models.PositiveIntegerField()
+    attention_heads = models.PositiveIntegerField()
+    kv_heads = models.PositiveIntegerField()
+    head_dim = models.PositiveIntegerField()
+    hidden_size = models.PositiveIntegerField()
+    vocab_size = models.PositiveIntegerField()
+    max_context = models.PositiveIntegerField()
+    params_total = models.PositiveBigIntegerField()
+    params_active = models.PositiveBigIntegerField()
+    native_dtype = models.CharField(max_length=16, default="bfloat16")
+    sliding_window = models.PositiveIntegerField(null=True, blank=True)
+    global_layers = models.PositiveIntegerField(null=True, blank=True, help_text="full-attention layers")
+    mla = models.JSONField(null=True, blank=True, help_text='e.g. {"kv_lora_rank": 512, "qk_rope_head_dim": 64}')
+    encoder_only = models.BooleanField(default=False)
+    source = models.TextField(blank=True)
+    added_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["family", "name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(kv_heads__lte=models.F("attention_heads")), name="kv_heads_at_most_heads"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(params_active__lte=models.F("params_total")), name="active_params_at_most_total"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.repo_id
+
+
+class Variant(models.Model):
+    """One way to run a model: a precision and file format, its size, engine and minimum hardware."""
+
+    model = models.ForeignKey(Model, on_delete=models.CASCADE, related_name="variants")
+    name = models.CharField(max_length=40)
+    precision = models.CharField(max_length=16)
+    format = models.CharField(max_length=16)
+    repo_id = models.CharField(max_length=200)
+    gguf_file = models.CharField(max_length=200, blank=True)
+    size_bytes = models.PositiveBigIntegerField()
+    size_estimated = models.BooleanField(default=True, help_text="computed, not yet read from the hub")
+    engine = models.CharField(max_length=16, choices=Engine.choices, default=Engine.VLLM)
+    min_compute_capability = models.CharField(max_length=8, blank=True)
+
+    class Meta:
+        ordering = ["model", "size_bytes"]
+        constraints = [
+            models.UniqueConstraint(fields=["model", "name"], name="variant_name_unique_per_model"),
+            models.CheckConstraint(condition=models.Q(size_bytes__gt=0), name="variant_size_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.model.repo_id} {self.name}"
+
+
+class ServerModelState(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    DOWNLOADING = "downloading", "Downloading"
+    READY = "ready", "Ready"
+    FAILED = "failed", "Failed"
+    MUST_REDOWNLOAD = "must_redownload", "Must re-download"
+
+
+class ServerModel(models.Model):
+    """A variant's files kept on this server (downloaded from the hub, or a local path)."""
+
+    variant = models.ForeignKey(Variant, on_delete=models.PROTECT, related_name="server_copies")
+    revision = models.CharField(max_length=64, blank=True, help_text="commit once downloaded")
+    path = models.CharField(max_length=500, blank=True)
+    size_bytes = models.PositiveBigIntegerField(default=0)
+    state = models.CharField(max_length=16, choices=ServerModelState.choices, default=ServerModelState.QUEUED)
+    progress_bytes = models.PositiveBigIntegerField(default=0)
+    error = models.TextField(blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["variant__model__name", "variant__name"]
+        constraints = [
+            models.UniqueConstraint(fields=["variant", "revision"], name="one_server_copy_per_revision"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.variant} @ {self.revision or 'main'}"

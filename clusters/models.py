@@ -1,0 +1,171 @@
+"""Clusters, their machines and their accelerators (with MIG slices as child rows)."""
+
+from __future__ import annotations
+
+from django.db import models
+
+from console import crypto
+from console.models import SLUG_PATTERN, slug_validator
+
+
+class ClusterKind(models.TextChoices):
+    SIMULATOR = "simulator", "Simulated"
+    STANDALONE = "standalone", "Standalone (this machine)"
+    KUBERNETES = "kubernetes", "Kubernetes"
+
+
+class Topology(models.TextChoices):
+    MANAGED = "managed_cluster", "Managed cluster"
+    STANDALONE = "standalone_cluster", "Standalone"
+
+
+class SharingStrategy(models.TextChoices):
+    NONE = "", "None (one copy per GPU)"
+    FRACTIONAL = "fractional", "Fractional (byte budgets)"
+    TIME_SLICING = "time_slicing", "Time-slicing"
+    MPS = "mps", "MPS"
+    MIG = "mig", "MIG"
+
+
+class ClusterState(models.TextChoices):
+    CONNECTING = "connecting", "Connecting"
+    READY = "ready", "Ready"
+    DEGRADED = "degraded", "Degraded"
+    UNREACHABLE = "unreachable", "Unreachable"
+
+
+class Notice(models.TextChoices):
+    SHARING_NOT_CONFIGURED = "SharingNotConfigured", "Sharing not configured"
+    PARTIAL_DISCOVERY = "PartialDiscovery", "Partial discovery"
+
+
+class Vendor(models.TextChoices):
+    NVIDIA = "nvidia", "NVIDIA"
+    AMD = "amd", "AMD"
+    APPLE = "apple", "Apple"
+    CPU = "cpu", "CPU"
+
+
+class HardwareClass(models.TextChoices):
+    HARDWARE_ISOLATED = "hardware_isolated", "Hardware isolated"
+    SOFTWARE_SHARED = "software_shared", "Software shared"
+    UNIFIED_MEMORY = "unified_memory", "Unified memory"
+
+
+class SharingClass(models.TextChoices):
+    WHOLE_GPU = "whole_gpu", "Whole GPU"
+    SHARED = "shared", "Shared (byte budgets)"
+    TIME_SLICED = "time_sliced", "Time-sliced"
+    MPS = "mps", "MPS"
+    MIG = "mig", "MIG slice"
+    UNIFIED_MEMORY = "unified_memory", "Unified memory"
+
+
+class Cluster(models.Model):
+    """A set of machines Berth places copies on, reached through one backend."""
+
+    name = models.CharField(max_length=63, unique=True, validators=[slug_validator])
+    description = models.CharField(max_length=200, blank=True)
+    kind = models.CharField(max_length=16, choices=ClusterKind.choices)
+    topology = models.CharField(max_length=24, choices=Topology.choices, default=Topology.MANAGED)
+    kubeconfig_encrypted = models.TextField(blank=True, editable=False)
+    namespace = models.CharField(max_length=63, blank=True, default="berth")
+    engine_image = models.CharField(max_length=200, blank=True, default="vllm/vllm-openai")
+    engine_version = models.CharField(max_length=40, blank=True)
+    sharing_strategy = models.CharField(
+        max_length=16, choices=SharingStrategy.choices, blank=True, default=SharingStrategy.NONE
+    )
+    # The simulator's machines and GPUs, described as data (the simulator backend reads it).
+    simulated_inventory = models.JSONField(default=dict, blank=True)
+    notices = models.JSONField(default=list, blank=True, editable=False)
+    state = models.CharField(
+        max_length=16, choices=ClusterState.choices, default=ClusterState.CONNECTING, editable=False
+    )
+    last_seen = models.DateTimeField(null=True, blank=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(condition=models.Q(name__regex=SLUG_PATTERN), name="cluster_name_is_slug"),
+            models.CheckConstraint(condition=models.Q(kind__in=ClusterKind.values), name="cluster_kind_known"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def set_kubeconfig(self, text: str) -> None:
+        self.kubeconfig_encrypted = crypto.encrypt(text) if text else ""
+
+    def kubeconfig(self) -> str:
+        return crypto.decrypt(self.kubeconfig_encrypted) if self.kubeconfig_encrypted else ""
+
+    @property
+    def has_kubeconfig(self) -> bool:
+        return bool(self.kubeconfig_encrypted)
+
+
+class Machine(models.Model):
+    """One host of a cluster (a Kubernetes node, this machine, or a simulated one)."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="machines")
+    name = models.CharField(max_length=253)
+    ready = models.BooleanField(default=True)
+    labels = models.JSONField(default=dict, blank=True)
+    cpu_count = models.PositiveIntegerField(default=0)
+    system_memory_bytes = models.PositiveBigIntegerField(default=0)
+    unified_memory = models.BooleanField(default=False)
+    last_seen = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["cluster__name", "name"]
+        constraints = [models.UniqueConstraint(fields=["cluster", "name"], name="machine_name_unique_in_cluster")]
+
+    def __str__(self) -> str:
+        return f"{self.cluster}/{self.name}"
+
+
+class Accelerator(models.Model):
+    """A GPU as the device reports it; a MIG slice is a child row with its parent GPU."""
+
+    machine = models.ForeignKey(Machine, on_delete=models.CASCADE, related_name="accelerators")
+    parent = models.ForeignKey(
+        "self", on_delete=models.CASCADE, null=True, blank=True, related_name="slices"
+    )
+    index = models.PositiveIntegerField()
+    uuid = models.CharField(max_length=80, blank=True)
+    vendor = models.CharField(max_length=8, choices=Vendor.choices, default=Vendor.NVIDIA)
+    product = models.CharField(max_length=100)
+    memory_bytes = models.PositiveBigIntegerField()
+    compute_capability = models.CharField(max_length=8, blank=True)
+    driver_version = models.CharField(max_length=32, blank=True)
+    cuda_version = models.CharField(max_length=16, blank=True)
+    hardware_class = models.CharField(
+        max_length=20, choices=HardwareClass.choices, default=HardwareClass.SOFTWARE_SHARED
+    )
+    sharing_class = models.CharField(
+        max_length=24, choices=SharingClass.choices, default=SharingClass.WHOLE_GPU
+    )
+    mig_profile = models.CharField(max_length=24, blank=True, help_text="e.g. 3g.40gb, for a MIG slice")
+    replicas = models.PositiveIntegerField(default=1, help_text="time-slicing or MPS replicas")
+
+    class Meta:
+        ordering = ["machine__name", "parent_id", "index"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["machine", "index"],
+                condition=models.Q(parent__isnull=True),
+                name="gpu_index_unique_on_machine",
+            ),
+            models.UniqueConstraint(fields=["parent", "index"], name="slice_index_unique_in_gpu"),
+            models.CheckConstraint(condition=models.Q(replicas__gte=1), name="accelerator_replicas_positive"),
+        ]
+
+    def __str__(self) -> str:
+        if self.parent_id:
+            return f"{self.machine.name} GPU {self.parent.index} slice {self.mig_profile}#{self.index}"
+        return f"{self.machine.name} GPU {self.index} ({self.product})"
+
+    @property
+    def is_slice(self) -> bool:
+        return self.parent_id is not None

@@ -1,0 +1,92 @@
+"""Who may see and change what: the one access helper every view, API endpoint and consumer uses.
+
+Roles are per team (viewer < operator < admin). Staff users are platform admins: they manage
+clusters, the catalog's server files, users and teams, and may act in every team.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.http import Http404
+
+from console.models import ROLE_RANK, Membership, Role
+
+NEEDS_VIEW = Role.VIEWER
+NEEDS_OPERATE = Role.OPERATOR
+
+
+def is_platform_admin(user: Any) -> bool:
+    return bool(user.is_authenticated and user.is_active and user.is_staff)
+
+
+def team_roles(user: Any) -> dict[int, str]:
+    """The user's role in each of their teams, by team id."""
+    if not user.is_authenticated:
+        return {}
+    cached: dict[int, str] | None = getattr(user, "_berth_team_roles", None)
+    if cached is None:
+        cached = dict(Membership.objects.filter(user=user).values_list("team_id", "role"))
+        user._berth_team_roles = cached
+    return cached
+
+
+def has_role(user: Any, team_id: int, needed: str) -> bool:
+    if is_platform_admin(user):
+        return True
+    role = team_roles(user).get(team_id)
+    return role is not None and ROLE_RANK[Role(role)] >= ROLE_RANK[Role(needed)]
+
+
+def can_operate_somewhere(user: Any) -> bool:
+    """Operators of any team may add models to the shared catalog and download them."""
+    if is_platform_admin(user):
+        return True
+    return any(ROLE_RANK[Role(role)] >= ROLE_RANK[Role.OPERATOR] for role in team_roles(user).values())
+
+
+def visible_deployments(user: Any) -> QuerySet[Any]:
+    from deployments.models import Deployment
+
+    deployments = Deployment.objects.select_related("team", "cluster", "model", "variant")
+    if is_platform_admin(user):
+        return deployments
+    return deployments.filter(team_id__in=list(team_roles(user)))
+
+
+def get_deployment(user: Any, pk: int, needed: str = NEEDS_VIEW) -> Any:
+    """The deployment if the user may act on it; "not found" when it is not in their teams,
+    403 when they may see it but their role there is too low."""
+    deployment = visible_deployments(user).filter(pk=pk).first()
+    if deployment is None:
+        raise Http404("No such deployment in your teams.")
+    if not has_role(user, deployment.team_id, needed):
+        raise PermissionDenied("Your role in this deployment's team only lets you read it.")
+    return deployment
+
+
+def require_platform_admin(user: Any) -> None:
+    if not is_platform_admin(user):
+        raise PermissionDenied("Only platform admins may do this.")
+
+
+def require_operator_somewhere(user: Any) -> None:
+    if not can_operate_somewhere(user):
+        raise PermissionDenied("Only operators may do this.")
+
+
+def can_view_group(user: Any, group: str) -> bool:
+    """Whether a WebSocket may join a live group (same rules as the pages)."""
+    if not (user.is_authenticated and user.is_active):
+        return False
+    if group == "deployments":
+        return True
+    kind, _, rest = group.partition("-")
+    ident = rest.removesuffix("-logs")
+    if not ident.isdigit():
+        return False
+    if kind == "deployment":
+        return visible_deployments(user).filter(pk=int(ident)).exists()
+    return kind in {"cluster", "model"}

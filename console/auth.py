@@ -1,0 +1,59 @@
+"""Authentication beyond the session: API keys, and 401 (not a login redirect) for API paths."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.contrib.auth.middleware import LoginRequiredMiddleware
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.utils import timezone
+
+from console.models import ApiKey
+
+API_PREFIXES = ("/api/", "/v1/")
+
+
+def is_api_path(path: str) -> bool:
+    return path.startswith(API_PREFIXES)
+
+
+def bearer_token(request: HttpRequest) -> str | None:
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+
+def api_error(status: int, message: str) -> JsonResponse:
+    return JsonResponse({"error": {"message": message, "code": status}}, status=status)
+
+
+class ApiKeyMiddleware:
+    """A request with `Authorization: Bearer berth_…` acts as the key's owner.
+
+    Such requests carry no cookies to forge, so CSRF does not apply to them.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        token = bearer_token(request)
+        if token is not None and is_api_path(request.path):
+            key = ApiKey.find(token)
+            if key is None or not key.user.is_active:
+                return api_error(401, "The API key is not valid or was revoked. Create one under API keys.")
+            ApiKey.objects.filter(pk=key.pk).update(last_used_at=timezone.now())
+            request.user = key.user
+            request.api_key = key  # type: ignore[attr-defined]
+            request._dont_enforce_csrf_checks = True  # type: ignore[attr-defined]
+        return self.get_response(request)
+
+
+class BerthLoginRequiredMiddleware(LoginRequiredMiddleware):
+    """Every URL needs a login; API paths answer 401 instead of redirecting to the login page."""
+
+    def handle_no_permission(self, request: HttpRequest, view_func: Any) -> HttpResponse:
+        if is_api_path(request.path):
+            return api_error(401, "Authentication required: send Authorization: Bearer <API key>.")
+        return super().handle_no_permission(request, view_func)

@@ -1,0 +1,87 @@
+"""Small readers of environment variables that fail loudly, naming the variable, on a bad value."""
+
+from __future__ import annotations
+
+import os
+from urllib.parse import unquote, urlsplit
+
+from django.core.exceptions import ImproperlyConfigured
+
+TRUE_WORDS = {"1", "true", "yes", "on"}
+FALSE_WORDS = {"0", "false", "no", "off", ""}
+
+
+def env_str(name: str, default: str | None = None) -> str:
+    value = os.environ.get(name, default)
+    if value is None:
+        raise ImproperlyConfigured(f"{name} is not set. Set it in the environment (see README).")
+    return value
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    word = raw.strip().lower()
+    if word in TRUE_WORDS:
+        return True
+    if word in FALSE_WORDS:
+        return False
+    raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean: use true or false (or 1 / 0).")
+
+
+def env_int(name: str, default: int, *, low: int | None = None, high: int | None = None) -> int:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a whole number.") from None
+    if (low is not None and value < low) or (high is not None and value > high):
+        raise ImproperlyConfigured(f"{name}={value} is outside {low}..{high}.")
+    return value
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def database_from_url(name: str) -> dict[str, object]:
+    """Django's DATABASES entry from a postgresql://user:password@host:port/dbname URL."""
+    raw = env_str(name)
+    hint = "expected postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE"
+    try:
+        parts = urlsplit(raw)
+        port = parts.port
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} is malformed: {hint}.") from None
+    if parts.scheme not in {"postgres", "postgresql"}:
+        raise ImproperlyConfigured(f"{name} must use postgresql://, {hint}.")
+    database = parts.path.lstrip("/")
+    if not parts.hostname or not database or "/" in database:
+        raise ImproperlyConfigured(f"{name} is missing a host or a database name: {hint}.")
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": unquote(database),
+        "USER": unquote(parts.username or ""),
+        "PASSWORD": unquote(parts.password or ""),
+        "HOST": parts.hostname,
+        "PORT": str(port or 5432),
+        "CONN_MAX_AGE": 0,
+    }
+
+
+def redis_url(name: str) -> str:
+    raw = env_str(name)
+    try:
+        parts = urlsplit(raw)
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} is malformed: expected redis://HOST:PORT/DB.") from None
+    if parts.scheme not in {"redis", "rediss"} or not parts.hostname:
+        raise ImproperlyConfigured(f"{name} is malformed: expected redis://HOST:PORT/DB.")
+    return raw

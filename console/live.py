@@ -1,0 +1,38 @@
+"""The one door for live updates: every broadcast to the pages goes through `broadcast`.
+
+A broadcast carries what changed (kind, id, seq), never HTML: each consumer renders the partial
+for its own user. Callers register it to run on commit, so nothing is announced for a change
+that was rolled back.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.db import transaction
+
+log = logging.getLogger(__name__)
+
+GROUP_KINDS = ("deployment", "cluster", "model")
+
+
+def deployment_group(deployment_id: int) -> str:
+    return f"deployment-{deployment_id}"
+
+
+def broadcast(group: str, kind: str, id: int, seq: int = 0) -> None:
+    """Tell every consumer in `group` that `kind` `id` changed (up to `seq` for logs)."""
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    message = {"type": "live.changed", "kind": kind, "id": id, "seq": seq}
+    try:
+        async_to_sync(layer.group_send)(group, message)
+    except Exception:  # A live update is an addition: a broken layer must not fail the change.
+        log.exception("broadcast to %s failed", group)
+
+
+def broadcast_on_commit(group: str, kind: str, id: int, seq: int = 0) -> None:
+    transaction.on_commit(lambda: broadcast(group, kind, id, seq))

@@ -1,0 +1,113 @@
+"""Teams, memberships (a role per team) and personal API keys."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from django.conf import settings
+from django.core.validators import RegexValidator
+from django.db import models
+
+SLUG_PATTERN = r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$"
+slug_validator = RegexValidator(
+    SLUG_PATTERN, "Use lowercase letters, digits and dashes; start and end with a letter or digit."
+)
+API_KEY_PREFIX = "berth_"
+
+
+class Role(models.TextChoices):
+    VIEWER = "viewer", "Viewer"
+    OPERATOR = "operator", "Operator"
+    ADMIN = "admin", "Admin"
+
+
+ROLE_RANK = {Role.VIEWER: 1, Role.OPERATOR: 2, Role.ADMIN: 3}
+
+
+class Team(models.Model):
+    """A group of people who own deployments together."""
+
+    name = models.CharField(max_length=63, unique=True, validators=[slug_validator])
+    description = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(name__regex=SLUG_PATTERN), name="team_name_is_slug"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Membership(models.Model):
+    """A user's role in one team."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.VIEWER)
+
+    class Meta:
+        ordering = ["team__name", "user__username"]
+        constraints = [
+            models.UniqueConstraint(fields=["user", "team"], name="one_membership_per_team"),
+            models.CheckConstraint(condition=models.Q(role__in=Role.values), name="membership_role_known"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} is {self.role} in {self.team}"
+
+
+def hash_secret(secret: str) -> str:
+    # SHA-256 is right for a random 256-bit secret: nothing to brute-force, and it stays fast
+    # enough to check on every gateway request (a password hash would cost ~100 ms each).
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+class ApiKeyQuerySet(models.QuerySet["ApiKey"]):
+    def active(self) -> ApiKeyQuerySet:
+        return self.filter(revoked_at__isnull=True)
+
+
+class ApiKey(models.Model):
+    """A personal API key: acts with its owner's memberships; only its hash is kept."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_keys")
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=16, db_index=True, editable=False)
+    secret_hash = models.CharField(max_length=64, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ApiKeyQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    @classmethod
+    def issue(cls, user: object, name: str) -> tuple[ApiKey, str]:
+        """Create a key and return it with the full secret, which is never stored or shown again."""
+        body = secrets.token_urlsafe(32)  # 256 bits
+        full = f"{API_KEY_PREFIX}{body}"
+        key = cls.objects.create(user=user, name=name, prefix=body[:12], secret_hash=hash_secret(full))
+        return key, full
+
+    @classmethod
+    def find(cls, presented: str) -> ApiKey | None:
+        """The active key matching a presented secret, or None."""
+        if not presented.startswith(API_KEY_PREFIX):
+            return None
+        prefix = presented[len(API_KEY_PREFIX) : len(API_KEY_PREFIX) + 12]
+        wanted = hash_secret(presented)
+        for key in cls.objects.active().filter(prefix=prefix).select_related("user"):
+            if secrets.compare_digest(key.secret_hash, wanted):
+                return key
+        return None

@@ -1,0 +1,22 @@
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+
+from console import views
+
+admin.site.site_header = "Berth administration"
+admin.site.site_title = "Berth admin"
+
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("health", views.health, name="health"),
+    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("account/api-keys/", views.api_keys, name="api_keys"),
+    path("account/api-keys/<int:pk>/revoke/", views.revoke_api_key, name="revoke_api_key"),
+    path("deployments/", include("deployments.urls")),
+    path("models/", include("catalog.urls")),
+    path("clusters/", include("clusters.urls")),
+    path("chat/", include("gateway.urls")),
+    path("admin/", admin.site.urls),
+]

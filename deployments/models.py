@@ -1,0 +1,202 @@
+"""Deployments, their copies, the reservations that hold room, the audit events and the logs."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.db.models.functions import Floor
+
+from clusters.models import Accelerator, Cluster, HardwareClass, Machine, SharingClass
+from catalog.models import Engine, Model, Variant
+from console import crypto
+from console.models import SLUG_PATTERN, Team, slug_validator
+from deployments.choices import (
+    CopyState,
+    DeploymentState,
+    ErrorCode,
+    EventKind,
+    LogLevel,
+    LogPattern,
+    LogStream,
+)
+from deployments.guard import StateGuardedModel
+
+REPLY_WAIT_MIN_S = 10
+REPLY_WAIT_MAX_S = 1800
+
+
+class Deployment(StateGuardedModel):
+    """One model running on one cluster in a number of copies, owned by a team."""
+
+    INITIAL_STATE = DeploymentState.REQUESTED
+
+    name = models.CharField(max_length=63, unique=True, validators=[slug_validator])
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="deployments")
+    model = models.ForeignKey(Model, on_delete=models.PROTECT, related_name="deployments")
+    variant = models.ForeignKey(Variant, on_delete=models.PROTECT, related_name="deployments")
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="deployments")
+    revision = models.CharField(max_length=100, blank=True)
+    accelerators_per_copy = models.DecimalField(
+        max_digits=6, decimal_places=3, default=Decimal(1), validators=[MinValueValidator(Decimal("0.001"))]
+    )
+    copies_wanted = models.PositiveIntegerField(default=1)
+    engine = models.CharField(max_length=16, choices=Engine.choices, default=Engine.VLLM)
+    engine_settings = models.JSONField(default=dict, blank=True, help_text="only what differs from defaults")
+    chat_name = models.CharField(max_length=100, blank=True)
+    reply_wait_s = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(REPLY_WAIT_MIN_S), MaxValueValidator(REPLY_WAIT_MAX_S)],
+    )
+    notices = models.JSONField(default=list, blank=True, editable=False)
+    state = models.CharField(
+        max_length=16, choices=DeploymentState.choices, default=DeploymentState.REQUESTED, editable=False
+    )
+    last_message = models.TextField(blank=True, editable=False)
+    last_checked_at = models.DateTimeField(null=True, blank=True, editable=False)
+    last_error_code = models.CharField(max_length=32, choices=ErrorCode.choices, blank=True, editable=False)
+    last_error_message = models.TextField(blank=True, editable=False)
+    last_error_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # Per-deployment log counter, taken under the row lock so readers resuming after seq N
+    # never skip a line that committed late.
+    log_seq = models.PositiveBigIntegerField(default=0, editable=False)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(condition=models.Q(name__regex=SLUG_PATTERN), name="deployment_name_is_slug"),
+            models.CheckConstraint(
+                condition=models.Q(reply_wait_s__isnull=True)
+                | models.Q(reply_wait_s__gte=REPLY_WAIT_MIN_S, reply_wait_s__lte=REPLY_WAIT_MAX_S),
+                name="reply_wait_within_10_1800",
+            ),
+            # A share of one accelerator (0 < s < 1) or a whole number of them.
+            models.CheckConstraint(
+                condition=models.Q(accelerators_per_copy__gt=0)
+                & (
+                    models.Q(accelerators_per_copy__lt=1)
+                    | models.Q(accelerators_per_copy=Floor("accelerators_per_copy"))
+                ),
+                name="accelerators_per_copy_share_or_whole",
+            ),
+            models.CheckConstraint(condition=models.Q(copies_wanted__gte=0), name="copies_wanted_not_negative"),
+            models.CheckConstraint(condition=models.Q(state__in=DeploymentState.values), name="deployment_state_known"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Copy(StateGuardedModel):
+    """One running instance of a deployment's engine, placed on a machine."""
+
+    INITIAL_STATE = CopyState.REQUESTED
+
+    deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="copies")
+    ordinal = models.PositiveIntegerField()
+    state = models.CharField(max_length=16, choices=CopyState.choices, default=CopyState.REQUESTED, editable=False)
+    machine = models.ForeignKey(Machine, on_delete=models.SET_NULL, null=True, blank=True, related_name="copies")
+    allocated_bytes = models.PositiveBigIntegerField(default=0)
+    gpu_memory_utilization = models.FloatField(null=True, blank=True)
+    hardware_class = models.CharField(max_length=20, choices=HardwareClass.choices, blank=True)
+    sharing_class = models.CharField(max_length=24, choices=SharingClass.choices, blank=True)
+    pending_reason = models.TextField(blank=True)
+    port = models.PositiveIntegerField(null=True, blank=True)
+    process_id = models.PositiveIntegerField(null=True, blank=True)
+    pod_name = models.CharField(max_length=253, blank=True)
+    engine_api_key_encrypted = models.TextField(blank=True, editable=False)
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    last_error_code = models.CharField(max_length=32, choices=ErrorCode.choices, blank=True)
+    last_error_message = models.TextField(blank=True)
+    last_error_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["deployment__name", "ordinal"]
+        verbose_name_plural = "copies"
+        constraints = [
+            models.UniqueConstraint(fields=["deployment", "ordinal"], name="copy_ordinal_unique"),
+            models.CheckConstraint(condition=models.Q(state__in=CopyState.values), name="copy_state_known"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.deployment.name} copy {self.ordinal}"
+
+    def set_engine_api_key(self, secret: str) -> None:
+        self.engine_api_key_encrypted = crypto.encrypt(secret)
+
+    def engine_api_key(self) -> str:
+        return crypto.decrypt(self.engine_api_key_encrypted) if self.engine_api_key_encrypted else ""
+
+
+class Reservation(models.Model):
+    """Room a copy holds on an accelerator or slice (or, on Kubernetes, on a node and resource)."""
+
+    copy = models.ForeignKey(Copy, on_delete=models.CASCADE, related_name="reservations")
+    machine = models.ForeignKey(Machine, on_delete=models.PROTECT, related_name="reservations")
+    accelerator = models.ForeignKey(
+        Accelerator, on_delete=models.PROTECT, null=True, blank=True, related_name="reservations"
+    )
+    resource_name = models.CharField(max_length=80, blank=True, help_text="Kubernetes resource, e.g. nvidia.com/gpu")
+    reserved_bytes = models.PositiveBigIntegerField()
+    share = models.DecimalField(max_digits=6, decimal_places=4)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["machine__name", "accelerator__index"]
+        constraints = [
+            models.CheckConstraint(condition=models.Q(share__gt=0, share__lte=1), name="reservation_share_0_1"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.copy} holds {self.reserved_bytes} B on {self.accelerator or self.machine}"
+
+
+class Event(models.Model):
+    """An audit row: a state change or an operator's action; it outlives its deployment."""
+
+    deployment = models.ForeignKey(Deployment, on_delete=models.SET_NULL, null=True, blank=True, related_name="events")
+    deployment_name = models.CharField(max_length=63)
+    copy = models.ForeignKey(Copy, on_delete=models.SET_NULL, null=True, blank=True, related_name="events")
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    kind = models.CharField(max_length=16, choices=EventKind.choices)
+    from_state = models.CharField(max_length=16, blank=True)
+    to_state = models.CharField(max_length=16, blank=True)
+    message = models.TextField(blank=True)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
+    actor_name = models.CharField(max_length=150, blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.deployment_name}: {self.kind} {self.from_state}→{self.to_state} {self.message}"
+
+
+class LogLine(models.Model):
+    """One line of a deployment's logs: the serving stream or what the engine printed."""
+
+    deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="log_lines")
+    copy = models.ForeignKey(Copy, on_delete=models.SET_NULL, null=True, blank=True, related_name="log_lines")
+    machine_name = models.CharField(max_length=253, blank=True)
+    stream = models.CharField(max_length=8, choices=LogStream.choices)
+    seq = models.PositiveBigIntegerField()
+    at = models.DateTimeField()
+    level = models.CharField(max_length=8, choices=LogLevel.choices, default=LogLevel.INFO)
+    text = models.TextField()
+    pattern = models.CharField(max_length=16, choices=LogPattern.choices, blank=True)
+
+    class Meta:
+        ordering = ["deployment", "seq"]
+        constraints = [models.UniqueConstraint(fields=["deployment", "seq"], name="log_seq_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.deployment_id}#{self.seq} {self.text[:60]}"

@@ -1,0 +1,114 @@
+"""The only code that assigns a deployment's or a copy's state.
+
+Each change locks the row, checks the allowed-transitions table, writes one Event, saves, and
+broadcasts on commit. An illegal transition raises and changes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from console import live
+from deployments.choices import CopyState as C
+from deployments.choices import DeploymentState as D
+from deployments.choices import EventKind
+from deployments.guard import state_change_allowed
+from deployments.models import Copy, Deployment, Event
+
+DEPLOYMENT_TRANSITIONS: dict[str, frozenset[str]] = {
+    D.REQUESTED: frozenset({D.DEPLOYING, D.FAILED, D.ERROR, D.MUST_REDOWNLOAD, D.STOPPING}),
+    D.DEPLOYING: frozenset(
+        {D.INITIALIZING, D.DEPLOYED, D.DEGRADED, D.ERROR, D.FAILED, D.MUST_REDOWNLOAD, D.STOPPING}
+    ),
+    D.INITIALIZING: frozenset({D.DEPLOYED, D.DEGRADED, D.ERROR, D.FAILED, D.STOPPING}),
+    D.DEPLOYED: frozenset({D.DEPLOYING, D.DEGRADED, D.ERROR, D.STOPPING}),
+    D.DEGRADED: frozenset({D.DEPLOYING, D.DEPLOYED, D.ERROR, D.FAILED, D.STOPPING}),
+    D.ERROR: frozenset({D.REQUESTED, D.DEPLOYING, D.DEPLOYED, D.DEGRADED, D.FAILED, D.STOPPING}),
+    D.FAILED: frozenset({D.REQUESTED, D.STOPPING, D.STOPPED}),
+    D.MUST_REDOWNLOAD: frozenset({D.REQUESTED, D.FAILED, D.STOPPING, D.STOPPED}),
+    D.STOPPING: frozenset({D.STOPPED, D.ERROR}),
+    D.STOPPED: frozenset({D.REQUESTED}),
+}
+
+COPY_TRANSITIONS: dict[str, frozenset[str]] = {
+    C.REQUESTED: frozenset({C.PENDING, C.COPYING_FILES, C.STARTING, C.FAILED, C.STOPPING, C.STOPPED}),
+    C.PENDING: frozenset({C.COPYING_FILES, C.STARTING, C.FAILED, C.STOPPING, C.STOPPED}),
+    C.COPYING_FILES: frozenset({C.STARTING, C.PENDING, C.FAILED, C.STOPPING}),
+    C.STARTING: frozenset({C.READY, C.PENDING, C.FAILED, C.STOPPING}),
+    C.READY: frozenset({C.PENDING, C.FAILED, C.STOPPING}),
+    C.STOPPING: frozenset({C.STOPPED, C.FAILED}),
+    C.STOPPED: frozenset({C.REQUESTED}),
+    C.FAILED: frozenset({C.REQUESTED, C.PENDING, C.STOPPING, C.STOPPED}),
+}
+
+
+class IllegalTransition(Exception):
+    """A state change the transitions table does not allow."""
+
+
+def check_allowed(table: dict[str, frozenset[str]], what: str, current: str, wanted: str) -> None:
+    if wanted not in table.get(current, frozenset()):
+        raise IllegalTransition(f"{what} cannot go from {current} to {wanted}")
+
+
+def actor_fields(actor: Any) -> dict[str, Any]:
+    if actor is None or not getattr(actor, "is_authenticated", False):
+        return {"actor": None, "actor_name": "system"}
+    return {"actor": actor, "actor_name": actor.get_username()}
+
+
+def move_deployment(
+    deployment_id: int, to: str, *, message: str = "", actor: Any = None, **fields: Any
+) -> Deployment:
+    """Change a deployment's state (and any of its last_* fields given) under its row lock."""
+    with transaction.atomic():
+        deployment = Deployment.objects.select_for_update().get(pk=deployment_id)
+        before = deployment.state
+        check_allowed(DEPLOYMENT_TRANSITIONS, f"Deployment {deployment.name}", before, to)
+        Event.objects.create(
+            deployment=deployment,
+            deployment_name=deployment.name,
+            kind=EventKind.STATE_CHANGE,
+            from_state=before,
+            to_state=to,
+            message=message,
+            **actor_fields(actor),
+        )
+        deployment.state = to
+        deployment.last_message = message or deployment.last_message
+        deployment.last_checked_at = timezone.now()
+        for name, value in fields.items():
+            setattr(deployment, name, value)
+        with state_change_allowed():
+            deployment.save()
+        live.broadcast_on_commit(live.deployment_group(deployment.pk), "deployment", deployment.pk)
+        live.broadcast_on_commit("deployments", "deployment", deployment.pk)
+    return deployment
+
+
+def move_copy(copy_id: int, to: str, *, message: str = "", actor: Any = None, **fields: Any) -> Copy:
+    """Change a copy's state (and any of its fields given) under its row lock."""
+    with transaction.atomic():
+        copy = Copy.objects.select_for_update().select_related("deployment").get(pk=copy_id)
+        before = copy.state
+        check_allowed(COPY_TRANSITIONS, str(copy), before, to)
+        Event.objects.create(
+            deployment=copy.deployment,
+            deployment_name=copy.deployment.name,
+            copy=copy,
+            kind=EventKind.STATE_CHANGE,
+            from_state=before,
+            to_state=to,
+            message=message,
+            **actor_fields(actor),
+        )
+        copy.state = to
+        for name, value in fields.items():
+            setattr(copy, name, value)
+        with state_change_allowed():
+            copy.save()
+        live.broadcast_on_commit(live.deployment_group(copy.deployment_id), "copy", copy.pk)
+    return copy

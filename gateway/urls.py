@@ -1,0 +1,5 @@
+from django.urls import path
+
+from gateway import views
+
+urlpatterns = [path("", views.chat, name="chat")]
