@@ -112,7 +112,7 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = BASE_DIR / "var" / "static"
+STATIC_ROOT = env_str("BERTH_STATIC_ROOT", "") or None  # only for collectstatic deployments
 WHITENOISE_USE_FINDERS = True  # serve from the source folders; no collectstatic step needed
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from console import views
+from console import api, views
 
 admin.site.site_header = "Berth administration"
 admin.site.site_title = "Berth admin"
@@ -18,5 +18,6 @@ urlpatterns = [
     path("models/", include("catalog.urls")),
     path("clusters/", include("clusters.urls")),
     path("chat/", include("gateway.urls")),
+    path("api/v1/me", api.me, name="api_me"),
     path("admin/", admin.site.urls),
 ]

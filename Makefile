@@ -1,0 +1,55 @@
+# Berth: `make run` starts the console with a demo cluster; `make test` runs every check CI runs.
+PYTHON ?= $(shell command -v python3.12 || command -v python3.11 || echo python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+# Starts embedded PostgreSQL and Redis under var/ unless DATABASE_URL / REDIS_URL are set.
+WITH_SERVICES := $(PY) -m console.services exec --
+TEST_ENV := BERTH_CHANNEL_PREFIX=berth-test BERTH_CELERY_QUEUE=berth-test
+PORT ?= 8000
+
+.PHONY: venv run test lint check pytest bench vendor stop chromium
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if (3, 11) <= sys.version_info[:2] <= (3, 12) else "Berth needs Python 3.11 or 3.12; set PYTHON=/path/to/python3.12")'
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -e '.[dev]'
+	touch $@
+
+run: venv
+	$(WITH_SERVICES) $(PY) manage.py migrate --noinput
+	@test -f var/demo-seeded || ($(WITH_SERVICES) $(PY) manage.py seed_demo && touch var/demo-seeded)
+	@echo
+	@echo "Berth is starting at http://127.0.0.1:$(PORT)/"
+	@echo "Demo logins: admin / berth-admin, operator / berth-operator, viewer / berth-viewer"
+	@echo "Stop with Ctrl-C; stop the embedded database and Redis with: make stop"
+	@echo
+	BERTH_PORT=$(PORT) $(WITH_SERVICES) $(VENV)/bin/honcho start -f Procfile
+
+stop:
+	-$(PY) -m console.services stop
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+check: venv
+	$(WITH_SERVICES) $(PY) manage.py check
+	$(WITH_SERVICES) $(PY) manage.py makemigrations --check --dry-run
+
+chromium:
+	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium)
+
+pytest: venv chromium
+	$(TEST_ENV) $(WITH_SERVICES) $(VENV)/bin/pytest
+
+test: lint check pytest
+
+bench: venv
+	$(PY) tests/bench/bench_placement.py
+
+vendor:
+	$(PY) scripts/vendor.py

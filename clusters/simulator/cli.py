@@ -1,0 +1,169 @@
+"""``vllm serve`` argv: the flags the simulator models, and every other flag kept as ignored.
+
+The parser mirrors vLLM's FlexibleArgumentParser where Berth depends on it: ``--flag_name`` is
+``--flag-name``, ``--flag=value`` works, ``--max-model-len`` reads ``1k``/``1K``/``auto``, and an
+invalid choice exits 2 with argparse's message. Any other flag (``--swap-space 16``,
+``--trust-remote-code``, ``-cc.pass_config.x=True``) is accepted and reported as ignored, so a
+launcher can pass the argv it would pass to vLLM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
+KV_CACHE_DTYPES = (
+    "auto",
+    "float16",
+    "bfloat16",
+    "fp8",
+    "fp8_e4m3",
+    "fp8_e5m2",
+    "fp8_inc",
+    "fp8_ds_mla",
+    "nvfp4_ds_mla",
+    "turboquant_k8v4",
+    "turboquant_4bit_nc",
+    "turboquant_k3v4_nc",
+    "turboquant_3bit_nc",
+    "int4_per_token_head",
+    "int8_per_token_head",
+    "fp8_per_token_head",
+    "nvfp4",
+    "nvfp4_4over6",
+)
+RUNNERS = ("auto", "generate", "pooling", "draft")
+CONVERTS = ("auto", "none", "embed", "classify", "reward")
+TASKS = (
+    "auto",
+    "generate",
+    "embedding",
+    "embed",
+    "classify",
+    "score",
+    "reward",
+    "transcription",
+    "draft",
+)
+POOLING_TASKS = ("embedding", "embed", "classify", "score", "reward")
+_HUMAN_INT = re.compile(r"^(\d+(?:\.\d+)?)([kKmMgG]?)$")
+
+
+def human_readable_int(text: str) -> int:
+    """vLLM's reading of sizes: 1k = 1000, 1K = 1024, 25.6k = 25,600; -1 / auto = auto (-1)."""
+    if text.strip().lower() in ("auto", "-1"):
+        return -1
+    match = _HUMAN_INT.match(text.strip())
+    if not match:
+        raise argparse.ArgumentTypeError(f"invalid size: {text!r}")
+    number, suffix = match.groups()
+    if not suffix:
+        if "." in number:
+            raise argparse.ArgumentTypeError(f"invalid size: {text!r}")
+        return int(number)
+    base = 1000 if suffix.islower() else 1024
+    power = "kmg".index(suffix.lower()) + 1
+    return int(float(number) * base**power)
+
+
+@dataclass(frozen=True)
+class ServeArgs:
+    """The parsed ``serve`` command: modelled flags plus the ignored ones, verbatim."""
+
+    namespace: argparse.Namespace
+    ignored: list[list[str]]
+
+    @property
+    def model(self) -> str:
+        return str(self.namespace.model_tag or self.namespace.model or "Qwen/Qwen3-0.6B")
+
+    @property
+    def served_names(self) -> list[str]:
+        return list(self.namespace.served_model_name or [self.model])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="vllm", allow_abbrev=False)
+    parser.add_argument("-v", "--version", action="store_true")
+    commands = parser.add_subparsers(dest="command")
+    serve = commands.add_parser("serve", prog="vllm serve", allow_abbrev=False)
+    add_serve_flags(serve)
+    return parser
+
+
+def add_serve_flags(serve: argparse.ArgumentParser) -> None:
+    add = serve.add_argument
+    add("model_tag", nargs="?", default=None)
+    add("--model", default=None)
+    add("--host", default=None)
+    add("--port", type=int, default=8000)
+    add("--api-key", action="append", default=None)
+    add("--served-model-name", nargs="+", default=None)
+    add("--max-model-len", type=human_readable_int, default=None)
+    add("--gpu-memory-utilization", type=float, default=0.9)
+    add("--kv-cache-dtype", choices=KV_CACHE_DTYPES, default="auto")
+    add("--kv-cache-memory-bytes", type=human_readable_int, default=None)
+    add("--block-size", type=int, default=16)
+    add("--max-num-seqs", type=int, default=None)
+    add("--max-num-batched-tokens", type=human_readable_int, default=None)
+    add("--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=None)
+    add("--enforce-eager", action="store_true")
+    add("-tp", "--tensor-parallel-size", type=int, default=1)
+    add("-pp", "--pipeline-parallel-size", type=int, default=1)
+    add("--dtype", choices=DTYPES, default="auto")
+    add("--runner", choices=RUNNERS, default="auto")
+    add("--convert", choices=CONVERTS, default="auto")
+    add("--task", choices=TASKS, default=None)
+    add("--disable-log-stats", action="store_true")
+    add("--disable-uvicorn-access-log", action="store_true")
+
+
+def normalise(argv: Sequence[str]) -> list[str]:
+    """``--max_model_len=4k`` → ``--max-model-len=4k``, as FlexibleArgumentParser does."""
+    result = []
+    for token in argv:
+        if token.startswith("--"):
+            name, sep, value = token.partition("=")
+            token = name.replace("_", "-") + sep + value
+        result.append(token)
+    return result
+
+
+def group_ignored(extra: Sequence[str]) -> list[list[str]]:
+    """Split leftover tokens into flags, each with the values that followed it."""
+    groups: list[list[str]] = []
+    for token in extra:
+        is_flag = token.startswith("-") and not _is_number(token)
+        if is_flag or not groups:
+            groups.append([token])
+        else:
+            groups[-1].append(token)
+    return groups
+
+
+def _is_number(token: str) -> bool:
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True
+
+
+def parse_argv(argv: Sequence[str]) -> tuple[argparse.Namespace, list[list[str]]]:
+    """Parse the whole command line; argparse exits 2 on a bad value, as vLLM's does."""
+    namespace, extra = build_parser().parse_known_args(normalise(argv))
+    return namespace, group_ignored(extra)
+
+
+def is_pooling(namespace: argparse.Namespace, encoder_only: bool, architecture: str) -> bool:
+    """vLLM's runner choice: pooling when asked, or when the architecture is a bare encoder."""
+    if namespace.runner == "pooling" or namespace.task in POOLING_TASKS:
+        return True
+    if namespace.convert in ("embed", "classify", "reward"):
+        return True
+    if namespace.runner == "generate":
+        return False
+    return encoder_only or architecture.endswith("Model") or "Embedding" in architecture

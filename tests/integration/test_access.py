@@ -1,0 +1,156 @@
+"""Every URL needs a login, and every role sees and changes only what it may."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.contrib import admin
+from django.test import Client
+from django.urls import URLPattern, URLResolver, get_resolver
+
+from deployments.models import Deployment
+from tests import factories
+
+PUBLIC = {"login", "health"}
+pytestmark = pytest.mark.django_db
+
+
+def walk(patterns, prefix=""):
+    """Every (name, route regex) reachable from the root URLconf."""
+    for entry in patterns:
+        if isinstance(entry, URLResolver):
+            yield from walk(entry.url_patterns, prefix + str(entry.pattern))
+        elif isinstance(entry, URLPattern):
+            yield entry, prefix + str(entry.pattern)
+
+
+def fill(route: str, objects: dict[str, str]) -> str:
+    """Turn a route (path converters or regex groups) into a real path using real objects."""
+    route = route.lstrip("^").rstrip("$").replace("\\Z", "").replace("^", "")
+
+    def value_for(name: str) -> str:
+        return objects.get(name, objects["pk"])
+
+    route = re.sub(r"<(?:\w+:)?(\w+)>", lambda m: value_for(m.group(1)), route)
+    route = re.sub(r"\(\?P<(\w+)>[^)]*\)", lambda m: value_for(m.group(1)), route)
+    route = route.replace("\\", "").replace("/?", "/")
+    return "/" + route
+
+
+@pytest.fixture
+def real_objects(red, alice):
+    deployment = factories.make_deployment("anon-check", red)
+    return {
+        "pk": str(deployment.pk),
+        "object_id": str(deployment.pk),
+        "app_label": "deployments",
+        "model_name": "deployment",
+        "content_type_id": "1",
+        "url": "deployments/deployment/",
+        "user_id": str(alice.pk),
+        "id": str(alice.pk),
+        "uidb64": "MQ",
+        "token": "set-password",
+        "path": "css/berth.css",
+    }
+
+
+def test_every_url_but_login_static_and_health_refuses_anonymous_users(real_objects):
+    client = Client()
+    visited, failures = [], []
+    for pattern, route in walk(get_resolver().url_patterns):
+        path = fill(route, real_objects)
+        response = client.get(path)
+        visited.append(pattern)
+        if pattern.name in PUBLIC:
+            assert response.status_code == 200, path
+            continue
+        if response.status_code >= 500:
+            failures.append(f"{path} answered {response.status_code}")
+        elif response.status_code in (301, 302):
+            location = response["Location"]
+            if "/login/" not in location and not location.startswith(("/admin/login", "/admin/r/")):
+                failures.append(f"{path} redirected to {location}, not to a login page")
+        elif response.status_code not in (401, 403, 404, 405):
+            failures.append(f"{path} answered {response.status_code} to an anonymous user")
+    all_patterns = [p for p, _ in walk(get_resolver().url_patterns)]
+    assert len(visited) == len(all_patterns)
+    assert len(visited) > 50  # the admin's patterns are included, not skipped
+    assert failures == []
+
+
+def test_health_answers_without_login():
+    response = Client().get("/health")
+    assert response.json() == {"status": "ok"}
+
+
+def test_an_api_path_answers_401_not_a_login_redirect():
+    response = Client().get("/api/v1/me")
+    assert response.status_code == 401
+    assert response.json()["error"]["message"].startswith("Authentication required")
+
+
+def test_an_operator_of_another_team_gets_not_found_for_a_deployment(as_bob, bob, dave, red):
+    outsider_team = factories.make_team("green")
+    theirs = factories.make_deployment("green-qwen", outsider_team)
+    assert as_bob.get(f"/deployments/{theirs.pk}/").status_code == 404
+    assert "green-qwen" not in as_bob.get("/deployments/").content.decode()
+
+
+def test_a_user_without_teams_sees_no_deployments(as_dave, red_deployment):
+    response = as_dave.get("/deployments/")
+    assert "red-qwen" not in response.content.decode()
+    assert "No deployments yet." in response.content.decode()
+    assert as_dave.get(f"/deployments/{red_deployment.pk}/").status_code == 404
+
+
+def test_operator_in_one_team_and_viewer_in_another_can_change_only_the_first(
+    bob, red_deployment, blue_deployment
+):
+    from console.access import NEEDS_OPERATE, get_deployment
+
+    assert get_deployment(bob, red_deployment.pk, NEEDS_OPERATE) == red_deployment
+    assert get_deployment(bob, blue_deployment.pk) == blue_deployment
+    from django.core.exceptions import PermissionDenied
+
+    with pytest.raises(PermissionDenied):
+        get_deployment(bob, blue_deployment.pk, NEEDS_OPERATE)
+
+
+def test_a_viewer_reads_their_teams_deployment_page(as_carol, red_deployment):
+    response = as_carol.get(f"/deployments/{red_deployment.pk}/")
+    assert response.status_code == 200
+    assert "red-qwen" in response.content.decode()
+
+
+def changing_urls() -> list[tuple[str, str]]:
+    """Views that accept POST and change a deployment, a cluster or a model.
+
+    A user's own API keys and logout are theirs to change, so they are left out. The admin's
+    change views are covered for clusters, models and deployments.
+    """
+    urls = []
+    for model in ["clusters/cluster", "catalog/model", "catalog/variant", "deployments/deployment"]:
+        urls.append((f"/admin/{model}/add/", model))
+    return urls
+
+
+@pytest.mark.parametrize("url,what", changing_urls())
+def test_a_viewer_cannot_change_deployments_clusters_or_models(as_carol, red_deployment, url, what):
+    from clusters.models import Cluster
+    from catalog.models import Model
+
+    counts = (Cluster.objects.count(), Model.objects.count(), Deployment.objects.count())
+    response = as_carol.post(url, {"name": "sneaky", "kind": "simulator", "repo_id": "x/y"})
+    assert response.status_code in (302, 403)
+    if response.status_code == 302:
+        assert response["Location"].startswith("/admin/login/")
+    assert (Cluster.objects.count(), Model.objects.count(), Deployment.objects.count()) == counts
+
+
+def test_every_admin_model_is_for_platform_admins_only(as_bob, as_alice):
+    for model in admin.site._registry:
+        url = f"/admin/{model._meta.app_label}/{model._meta.model_name}/"
+        assert as_bob.get(url).status_code == 302, url
+        assert as_alice.get(url).status_code == 200, url
