@@ -10,6 +10,7 @@ class ClusterAdminForm(forms.ModelForm):
     kubeconfig = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 4}),
         required=False,
+        strip=False,
         help_text="Paste a kubeconfig to replace the stored one; leave empty to keep it. It is never shown back.",
     )
 

@@ -394,40 +394,70 @@ def resolve_max_len(facts: ModelFacts, shape: EngineShape, available: int) -> in
     return estimate_max_model_len(facts, shape, available) or facts.max_model_len
 
 
-def plan_memory(facts: ModelFacts, shape: EngineShape, gpu: GpuState) -> MemoryPlan:
-    """The whole startup accounting; raises StartupFailure where vLLM would stop."""
-    check_free_memory(shape, gpu)
-    check_weights(facts, shape, gpu)
+@dataclass(frozen=True)
+class Profile:
+    """What vLLM's memory profiling finds, before it checks that the KV cache is usable."""
+
+    requested: int
+    weights: int
+    hidden: int
+    activation: int
+    non_torch: int
+    cudagraph: int
+    kv_available: int
+
+    @property
+    def non_kv(self) -> int:
+        return self.weights + self.hidden + self.activation + self.non_torch + self.cudagraph
+
+
+def profile(facts: ModelFacts, shape: EngineShape, gpu: GpuState) -> Profile:
+    """The share minus everything that is not KV cache (or --kv-cache-memory-bytes as given)."""
     weights = weights_per_gpu(facts, shape)
     activation = activation_peak(facts, shape)
     non_torch = non_torch_memory(shape)
     graphs = cudagraph_memory(facts, shape)
-    requested = int(shape.gpu_memory_utilization * gpu.total)
+    non_kv = weights + gpu.hidden + activation + non_torch + graphs
     if shape.kv_cache_memory_bytes is not None:
         available = shape.kv_cache_memory_bytes
-        requested = weights + gpu.hidden + activation + non_torch + graphs + available
-        if requested > gpu.free:
-            in_use = requested - available
-            raise cuda_oom(gpu.free, in_use, available, gpu.total, gpu.hidden, "profile")
+        requested = non_kv + available
     else:
-        available = requested - weights - gpu.hidden - activation - non_torch - graphs
-    if available <= 0:
+        requested = int(shape.gpu_memory_utilization * gpu.total)
+        available = requested - non_kv
+    return Profile(requested, weights, gpu.hidden, activation, non_torch, graphs, available)
+
+
+def check_kv_cache(facts: ModelFacts, shape: EngineShape, gpu: GpuState, found: Profile) -> int:
+    """vLLM's checks after profiling; returns the max_model_len the engine will serve."""
+    if shape.kv_cache_memory_bytes is not None and found.requested > gpu.free:
+        in_use = found.non_kv
+        raise cuda_oom(gpu.free, in_use, found.kv_available, gpu.total, gpu.hidden, "profile")
+    if found.kv_available <= 0:
         raise no_cache_memory()
-    max_len = resolve_max_len(facts, shape, available)
+    max_len = resolve_max_len(facts, shape, found.kv_available)
+    if kv_bytes_per_token(facts, shape) and kv_needed(facts, shape, max_len) > found.kv_available:
+        raise kv_too_small(facts, shape, max_len, found.kv_available)
+    return max_len
+
+
+def plan_memory(facts: ModelFacts, shape: EngineShape, gpu: GpuState) -> MemoryPlan:
+    """The whole startup accounting; raises StartupFailure where vLLM would stop."""
+    check_free_memory(shape, gpu)
+    check_weights(facts, shape, gpu)
+    found = profile(facts, shape, gpu)
+    max_len = check_kv_cache(facts, shape, gpu, found)
     per_token = kv_bytes_per_token(facts, shape)
-    if per_token and kv_needed(facts, shape, max_len) > available:
-        raise kv_too_small(facts, shape, max_len, available)
-    blocks = available // (per_token * shape.block_size) if per_token else 0
+    blocks = found.kv_available // (per_token * shape.block_size) if per_token else 0
     need = kv_needed(facts, shape, max_len)
     return MemoryPlan(
         total=gpu.total,
-        requested=requested,
-        weights=weights,
-        hidden=gpu.hidden,
-        activation=activation,
-        non_torch=non_torch,
-        cudagraph=graphs,
-        kv_available=available,
+        requested=found.requested,
+        weights=found.weights,
+        hidden=found.hidden,
+        activation=found.activation,
+        non_torch=found.non_torch,
+        cudagraph=found.cudagraph,
+        kv_available=found.kv_available,
         kv_bytes_per_token=per_token,
         max_model_len=max_len,
         num_gpu_blocks=blocks,

@@ -1,0 +1,54 @@
+"""The admin is for platform admins; it never shows a secret and never edits a state or reservation."""
+
+from __future__ import annotations
+
+import pytest
+
+from clusters.models import Cluster
+from deployments.choices import CopyState
+from deployments.models import Copy, Reservation
+from tests import factories
+
+pytestmark = pytest.mark.django_db
+KUBECONFIG = "apiVersion: v1\nkind: Config\nusers:\n- name: admin\n  user:\n    token: sekrit-token-123\n"
+
+
+def test_a_kubeconfig_is_stored_encrypted_and_never_shown_back(as_alice):
+    response = as_alice.post(
+        "/admin/clusters/cluster/add/",
+        {"name": "prod", "kind": "kubernetes", "topology": "managed_cluster", "namespace": "berth",
+         "engine_image": "vllm/vllm-openai", "sharing_strategy": "", "simulated_inventory": "{}",
+         "kubeconfig": KUBECONFIG,
+         "machines-TOTAL_FORMS": "0", "machines-INITIAL_FORMS": "0"},
+    )
+    assert response.status_code == 302, response.content.decode()[:2000]
+    cluster = Cluster.objects.get(name="prod")
+    assert "sekrit-token-123" not in cluster.kubeconfig_encrypted
+    assert cluster.kubeconfig() == KUBECONFIG
+    page = as_alice.get(f"/admin/clusters/cluster/{cluster.pk}/change/").content.decode()
+    assert "sekrit-token-123" not in page
+    assert cluster.kubeconfig_encrypted not in page
+    listing = as_alice.get("/admin/clusters/cluster/").content.decode()
+    assert "sekrit-token-123" not in listing
+
+
+def test_a_copys_engine_key_is_never_shown(as_alice, red):
+    copy = factories.make_copy(factories.make_deployment("keyed", red))
+    copy.set_engine_api_key("engine-secret-xyz")
+    copy.save()
+    page = as_alice.get(f"/admin/deployments/copy/{copy.pk}/change/").content.decode()
+    assert "engine-secret-xyz" not in page and copy.engine_api_key_encrypted not in page
+    assert Copy.objects.get(pk=copy.pk).engine_api_key() == "engine-secret-xyz"
+
+
+def test_reservations_and_copies_are_read_only_in_the_admin(as_alice, red):
+    copy = factories.make_copy(factories.make_deployment("held", red))
+    cluster = copy.deployment.cluster
+    gpu = cluster.machines.first().accelerators.first()
+    reservation = Reservation.objects.create(copy=copy, machine=gpu.machine, accelerator=gpu,
+                                             reserved_bytes=10, share=1)
+    assert as_alice.get("/admin/deployments/reservation/add/").status_code == 403
+    as_alice.post(f"/admin/deployments/reservation/{reservation.pk}/change/", {"reserved_bytes": "1"})
+    assert Reservation.objects.get(pk=reservation.pk).reserved_bytes == 10
+    as_alice.post(f"/admin/deployments/copy/{copy.pk}/change/", {"state": CopyState.READY})
+    assert Copy.objects.get(pk=copy.pk).state == CopyState.REQUESTED

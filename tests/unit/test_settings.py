@@ -1,0 +1,63 @@
+"""A malformed setting stops start-up with a message that names the variable."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+GOOD = {
+    "DATABASE_URL": "postgresql://postgres@127.0.0.1:5432/berth",
+    "REDIS_URL": "redis://127.0.0.1:6379/0",
+    "DJANGO_SECRET_KEY": "x" * 50,
+    "BERTH_CREDENTIALS_KEY": "y" * 40,
+    "DJANGO_SETTINGS_MODULE": "console.settings",
+}
+
+
+def start_with(**overrides: str) -> subprocess.CompletedProcess[str]:
+    env = {key: value for key, value in os.environ.items() if key not in GOOD and not key.startswith("BERTH_")}
+    env.update(GOOD)
+    for key, value in overrides.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    code = "import django; django.setup(); print('started')"
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_good_settings_start():
+    result = start_with()
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "started"
+
+
+@pytest.mark.parametrize(
+    "variable,value,expected",
+    [
+        ("DATABASE_URL", "mysql://root@localhost/berth", "DATABASE_URL must use postgresql://"),
+        ("DATABASE_URL", "postgresql://postgres@127.0.0.1:notaport/berth", "DATABASE_URL is malformed"),
+        ("DATABASE_URL", "postgresql://127.0.0.1:5432/", "DATABASE_URL is missing a host or a database name"),
+        ("DATABASE_URL", None, "DATABASE_URL is not set"),
+        ("REDIS_URL", "http://127.0.0.1:6379", "REDIS_URL is malformed"),
+        ("REDIS_URL", "redis://127.0.0.1:99999/0", "REDIS_URL is malformed"),
+        ("BERTH_DEBUG", "maybe", "BERTH_DEBUG='maybe' is not a boolean"),
+        ("BERTH_SECURE_COOKIES", "sometimes", "BERTH_SECURE_COOKIES='sometimes' is not a boolean"),
+        ("BERTH_REPLY_WAIT_S", "5", "BERTH_REPLY_WAIT_S=5 is outside 10..1800"),
+        ("BERTH_REPLY_WAIT_S", "soon", "BERTH_REPLY_WAIT_S='soon' is not a whole number"),
+        ("BERTH_CREDENTIALS_KEY", None, "BERTH_CREDENTIALS_KEY is not set"),
+    ],
+)
+def test_a_malformed_value_fails_start_up_naming_the_variable(variable, value, expected):
+    result = start_with(**{variable: value})
+    assert result.returncode != 0
+    assert "ImproperlyConfigured" in result.stderr
+    assert expected in result.stderr
+
+
+def test_debug_mode_runs_without_secret_keys():
+    result = start_with(BERTH_DEBUG="true", DJANGO_SECRET_KEY=None, BERTH_CREDENTIALS_KEY=None)
+    assert result.returncode == 0, result.stderr
