@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,8 +44,6 @@ def model_dir_facts(model: str) -> dict[str, Any]:
     config = folder / "config.json"
     if not config.is_file():
         return {}
-    import json
-
     found = facts_from_config(json.loads(config.read_text(encoding="utf-8")))
     size = sum(p.stat().st_size for p in folder.glob("*.safetensors"))
     if size > 0:
@@ -148,7 +147,9 @@ def check_tensor_parallel(size: int, facts: ModelFacts) -> None:
         )
 
 
-def scheduler_limits(ns: argparse.Namespace, settings: SimSettings, max_len: int) -> tuple[int, int]:
+def scheduler_limits(
+    ns: argparse.Namespace, settings: SimSettings, max_len: int
+) -> tuple[int, int]:
     default_batched, default_seqs = scheduler_defaults(settings)
     chunked = ns.enable_chunked_prefill is not False
     seqs = ns.max_num_seqs or default_seqs

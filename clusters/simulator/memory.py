@@ -193,7 +193,7 @@ class MemoryPlan:
 
 
 class StartupFailure(Exception):
-    """vLLM would stop here. ``stage`` says after which startup line, ``exc_type`` what it raises."""
+    """vLLM stops here: ``stage`` says at which startup step, ``exc_type`` what it raises."""
 
     def __init__(self, stage: str, exc_type: str, message: str) -> None:
         super().__init__(message)
@@ -371,7 +371,9 @@ def no_cache_memory() -> StartupFailure:
     )
 
 
-def kv_too_small(facts: ModelFacts, shape: EngineShape, max_len: int, available: int) -> StartupFailure:
+def kv_too_small(
+    facts: ModelFacts, shape: EngineShape, max_len: int, available: int
+) -> StartupFailure:
     needed = kv_needed(facts, shape, max_len)
     estimate = estimate_max_model_len(facts, shape, available)
     return StartupFailure(

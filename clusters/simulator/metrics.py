@@ -86,7 +86,9 @@ class EngineMetrics:
     def _counter(self, name: str, doc: str) -> Counter:
         return Counter(name, doc, LABELS, registry=self.registry).labels(**self.labels)
 
-    def _histogram(self, name: str, doc: str, buckets: list[float] | tuple[float, ...]) -> Histogram:
+    def _histogram(
+        self, name: str, doc: str, buckets: list[float] | tuple[float, ...]
+    ) -> Histogram:
         metric = Histogram(name, doc, LABELS, buckets=buckets, registry=self.registry)
         return metric.labels(**self.labels)
 

@@ -280,7 +280,9 @@ async def produce_silently(state: EngineState, tracker: Tracker, first_at: float
 
 
 def usage(generation: Generation, completion_tokens: int | None = None) -> dict[str, Any]:
-    completion = generation.tokens * generation.n if completion_tokens is None else completion_tokens
+    completion = (
+        generation.tokens * generation.n if completion_tokens is None else completion_tokens
+    )
     return {
         "prompt_tokens": generation.prompt_tokens,
         "total_tokens": generation.prompt_tokens + completion,
@@ -374,7 +376,9 @@ async def stream_generation(
         chunks = []
         for index in batch:
             for number in range(generation.n):
-                chunks.append({**head, "choices": [choice(number, range(index, index + 1), index == last)]})
+                chunks.append(
+                    {**head, "choices": [choice(number, range(index, index + 1), index == last)]}
+                )
         await stream.send(chunks)
 
     try:

@@ -18,19 +18,25 @@ CORE = "EngineCore_DP0"
 VLLM_ROOT = "/usr/local/lib/python3.12/dist-packages/vllm"
 
 # Plausible frames per failing stage: only so that a traceback reads like vLLM's.
+_CORE_PROC = ("v1/engine/core.py", 699, "run_engine_core", "engine_core = EngineCoreProc(**kw)")
 FRAMES: dict[str, list[tuple[str, int, str, str]]] = {
     "init_device": [
-        ("v1/engine/core.py", 699, "run_engine_core", "engine_core = EngineCoreProc(*args, **kwargs)"),
+        _CORE_PROC,
         ("v1/worker/gpu_worker.py", 185, "init_device", "raise ValueError("),
     ],
     "load": [
-        ("v1/engine/core.py", 699, "run_engine_core", "engine_core = EngineCoreProc(*args, **kwargs)"),
-        ("v1/worker/gpu_model_runner.py", 2635, "load_model", "self.model = model_loader.load_model("),
-        ("model_executor/model_loader/default_loader.py", 264, "load_weights", "loaded_weights = model.load_weights("),
+        _CORE_PROC,
+        ("v1/worker/gpu_model_runner.py", 2635, "load_model", "self.model = loader.load_model("),
+        (
+            "model_executor/model_loader/default_loader.py",
+            264,
+            "load_weights",
+            "model.load_weights(",
+        ),
     ],
     "profile": [
-        ("v1/engine/core.py", 699, "run_engine_core", "engine_core = EngineCoreProc(*args, **kwargs)"),
-        ("v1/engine/core.py", 195, "_initialize_kv_caches", "kv_cache_configs = get_kv_cache_configs("),
+        _CORE_PROC,
+        ("v1/engine/core.py", 195, "_initialize_kv_caches", "get_kv_cache_configs("),
         ("v1/core/kv_cache_utils.py", 686, "check_enough_kv_cache_memory", "raise ValueError("),
     ],
     "serve": [
@@ -77,12 +83,14 @@ class VllmLog:
 
     def logged_traceback(self, process: str, where: str, stage: str, exception_line: str) -> None:
         """logger.exception(): the traceback on ERROR lines, the exception last."""
-        for text in ["Traceback (most recent call last):", *frame_lines(stage), exception_line]:
+        lines = ["Traceback (most recent call last):", *frame_lines(stage)]
+        for text in [*lines, *exception_line.splitlines()]:
             self.line(process, "ERROR", where, text)
 
     def printed_traceback(self, process: str, stage: str, exception_line: str) -> None:
         """An uncaught exception: Python prints it to stderr."""
-        for text in ["Traceback (most recent call last):", *frame_lines(stage), exception_line]:
+        lines = ["Traceback (most recent call last):", *frame_lines(stage)]
+        for text in [*lines, *exception_line.splitlines()]:
             self.write(self.err, f"{self.prefix(process)} {text}")
 
 

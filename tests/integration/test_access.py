@@ -154,3 +154,19 @@ def test_every_admin_model_is_for_platform_admins_only(as_bob, as_alice):
         url = f"/admin/{model._meta.app_label}/{model._meta.model_name}/"
         assert as_bob.get(url).status_code == 302, url
         assert as_alice.get(url).status_code == 200, url
+
+
+def test_every_page_renders_for_a_logged_in_user_with_the_demo_loaded(as_bob, red):
+    from django.core.management import call_command
+
+    from catalog.models import Model
+    from clusters.models import Cluster
+
+    call_command("seed_demo")
+    deployment = factories.make_deployment("red-demo", red, model=Model.objects.get(repo_id="Qwen/Qwen3-8B"),
+                                           cluster=Cluster.objects.get(name="demo"))
+    pages = ["/deployments/", f"/deployments/{deployment.pk}/", "/models/", "/models/?q=qwen",
+             "/models/?q=nothing-matches", f"/models/{deployment.model_id}/", "/models/on-this-server/",
+             "/clusters/", f"/clusters/{deployment.cluster_id}/", "/chat/", "/account/api-keys/"]
+    for url in pages:
+        assert as_bob.get(url).status_code == 200, url
