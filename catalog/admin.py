@@ -18,7 +18,15 @@ class ModelAdmin(admin.ModelAdmin):
 
 @admin.register(Variant)
 class VariantAdmin(admin.ModelAdmin):
-    list_display = ["__str__", "precision", "format", "size_bytes", "size_estimated", "engine", "min_compute_capability"]
+    list_display = [
+        "__str__",
+        "precision",
+        "format",
+        "size_bytes",
+        "size_estimated",
+        "engine",
+        "min_compute_capability",
+    ]
     list_filter = ["format", "engine", "precision", "size_estimated"]
     search_fields = ["model__name", "model__repo_id", "repo_id"]
 

@@ -13,14 +13,39 @@ from catalog.models import Engine, Model, Variant
 CATALOG_FILE = Path(__file__).resolve().parent / "data" / "models.json"
 
 MODEL_FIELDS = [
-    "name", "family", "architecture", "description", "tasks", "license", "gated", "layers",
-    "attention_heads", "kv_heads", "head_dim", "hidden_size", "vocab_size", "max_context",
-    "params_total", "params_active", "native_dtype", "sliding_window", "global_layers", "mla",
-    "encoder_only", "source",
+    "name",
+    "family",
+    "architecture",
+    "description",
+    "tasks",
+    "license",
+    "gated",
+    "layers",
+    "attention_heads",
+    "kv_heads",
+    "head_dim",
+    "hidden_size",
+    "vocab_size",
+    "max_context",
+    "params_total",
+    "params_active",
+    "native_dtype",
+    "sliding_window",
+    "global_layers",
+    "mla",
+    "encoder_only",
+    "source",
 ]
 COUNT_FIELDS = [
-    "layers", "attention_heads", "kv_heads", "head_dim", "hidden_size", "vocab_size",
-    "max_context", "params_total", "params_active",
+    "layers",
+    "attention_heads",
+    "kv_heads",
+    "head_dim",
+    "hidden_size",
+    "vocab_size",
+    "max_context",
+    "params_total",
+    "params_active",
 ]
 
 

@@ -40,7 +40,9 @@ class Model(models.Model):
     native_dtype = models.CharField(max_length=16, default="bfloat16")
     sliding_window = models.PositiveIntegerField(null=True, blank=True)
     global_layers = models.PositiveIntegerField(null=True, blank=True, help_text="full-attention layers")
-    mla = models.JSONField(null=True, blank=True, help_text='e.g. {"kv_lora_rank": 512, "qk_rope_head_dim": 64}')
+    mla = models.JSONField(
+        null=True, blank=True, help_text='e.g. {"kv_lora_rank": 512, "qk_rope_head_dim": 64}'
+    )
     encoder_only = models.BooleanField(default=False)
     source = models.TextField(blank=True)
     added_at = models.DateTimeField(auto_now_add=True)
@@ -52,7 +54,8 @@ class Model(models.Model):
                 condition=models.Q(kv_heads__lte=models.F("attention_heads")), name="kv_heads_at_most_heads"
             ),
             models.CheckConstraint(
-                condition=models.Q(params_active__lte=models.F("params_total")), name="active_params_at_most_total"
+                condition=models.Q(params_active__lte=models.F("params_total")),
+                name="active_params_at_most_total",
             ),
         ]
 

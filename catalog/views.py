@@ -13,11 +13,15 @@ def marketplace(request: HttpRequest) -> HttpResponse:
     query = request.GET.get("q", "").strip()
     models = Model.objects.prefetch_related("variants")
     if query:
-        models = models.filter(Q(name__icontains=query) | Q(repo_id__icontains=query) | Q(family__icontains=query))
+        models = models.filter(
+            Q(name__icontains=query) | Q(repo_id__icontains=query) | Q(family__icontains=query)
+        )
     on_server = set(
         ServerModel.objects.filter(state=ServerModelState.READY).values_list("variant__model_id", flat=True)
     )
-    return render(request, "catalog/marketplace.html", {"models": models, "query": query, "on_server": on_server})
+    return render(
+        request, "catalog/marketplace.html", {"models": models, "query": query, "on_server": on_server}
+    )
 
 
 def model_detail(request: HttpRequest, pk: int) -> HttpResponse:

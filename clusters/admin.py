@@ -11,13 +11,25 @@ class ClusterAdminForm(forms.ModelForm):
         widget=forms.Textarea(attrs={"rows": 4}),
         required=False,
         strip=False,
-        help_text="Paste a kubeconfig to replace the stored one; leave empty to keep it. It is never shown back.",
+        help_text=(
+            "Paste a kubeconfig to replace the stored one; leave empty to keep it. "
+            "It is never shown back."
+        ),
     )
 
     class Meta:
         model = Cluster
-        fields = ["name", "description", "kind", "topology", "namespace", "engine_image", "engine_version",
-                  "sharing_strategy", "simulated_inventory"]
+        fields = [
+            "name",
+            "description",
+            "kind",
+            "topology",
+            "namespace",
+            "engine_image",
+            "engine_version",
+            "sharing_strategy",
+            "simulated_inventory",
+        ]
 
     def save(self, commit: bool = True) -> Cluster:
         cluster = super().save(commit=False)
@@ -54,8 +66,16 @@ class MachineAdmin(admin.ModelAdmin):
 
 @admin.register(Accelerator)
 class AcceleratorAdmin(admin.ModelAdmin):
-    list_display = ["__str__", "vendor", "product", "memory_bytes", "compute_capability", "hardware_class",
-                    "sharing_class", "replicas"]
+    list_display = [
+        "__str__",
+        "vendor",
+        "product",
+        "memory_bytes",
+        "compute_capability",
+        "hardware_class",
+        "sharing_class",
+        "replicas",
+    ]
     list_filter = ["vendor", "hardware_class", "sharing_class", "machine__cluster"]
     search_fields = ["product", "uuid", "machine__name"]
     raw_id_fields = ["machine", "parent"]

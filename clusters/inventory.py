@@ -38,7 +38,9 @@ def gpu_fields(gpu: dict[str, Any]) -> dict[str, Any]:
         "compute_capability": gpu.get("compute_capability", ""),
         "driver_version": gpu.get("driver", ""),
         "cuda_version": gpu.get("cuda", ""),
-        "hardware_class": HardwareClass.HARDWARE_ISOLATED if gpu.get("mig") else HardwareClass.SOFTWARE_SHARED,
+        "hardware_class": HardwareClass.HARDWARE_ISOLATED
+        if gpu.get("mig")
+        else HardwareClass.SOFTWARE_SHARED,
         "sharing_class": sharing_class or gpu.get("sharing_class", SharingClass.SHARED),
         "replicas": replicas,
     }

@@ -88,7 +88,9 @@ class Cluster(models.Model):
         ordering = ["name"]
         constraints = [
             models.CheckConstraint(condition=models.Q(name__regex=SLUG_PATTERN), name="cluster_name_is_slug"),
-            models.CheckConstraint(condition=models.Q(kind__in=ClusterKind.values), name="cluster_kind_known"),
+            models.CheckConstraint(
+                condition=models.Q(kind__in=ClusterKind.values), name="cluster_kind_known"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -119,7 +121,9 @@ class Machine(models.Model):
 
     class Meta:
         ordering = ["cluster__name", "name"]
-        constraints = [models.UniqueConstraint(fields=["cluster", "name"], name="machine_name_unique_in_cluster")]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "name"], name="machine_name_unique_in_cluster")
+        ]
 
     def __str__(self) -> str:
         return f"{self.cluster}/{self.name}"
@@ -129,9 +133,7 @@ class Accelerator(models.Model):
     """A GPU as the device reports it; a MIG slice is a child row with its parent GPU."""
 
     machine = models.ForeignKey(Machine, on_delete=models.CASCADE, related_name="accelerators")
-    parent = models.ForeignKey(
-        "self", on_delete=models.CASCADE, null=True, blank=True, related_name="slices"
-    )
+    parent = models.ForeignKey("self", on_delete=models.CASCADE, null=True, blank=True, related_name="slices")
     index = models.PositiveIntegerField()
     uuid = models.CharField(max_length=80, blank=True)
     vendor = models.CharField(max_length=8, choices=Vendor.choices, default=Vendor.NVIDIA)

@@ -20,12 +20,30 @@ DEMO_USERS = [
     ("viewer", "berth-viewer", Role.VIEWER),
 ]
 
-H100 = {"vendor": "nvidia", "product": "NVIDIA-H100-80GB-HBM3", "memory_mib": 81559,
-        "compute_capability": "9.0", "driver": "550.90.07", "cuda": "12.4"}
-H200 = {"vendor": "nvidia", "product": "NVIDIA-H200", "memory_mib": 143771,
-        "compute_capability": "9.0", "driver": "550.90.07", "cuda": "12.4"}
-L4 = {"vendor": "nvidia", "product": "NVIDIA-L4", "memory_mib": 23034,
-      "compute_capability": "8.9", "driver": "550.90.07", "cuda": "12.4"}
+H100 = {
+    "vendor": "nvidia",
+    "product": "NVIDIA-H100-80GB-HBM3",
+    "memory_mib": 81559,
+    "compute_capability": "9.0",
+    "driver": "550.90.07",
+    "cuda": "12.4",
+}
+H200 = {
+    "vendor": "nvidia",
+    "product": "NVIDIA-H200",
+    "memory_mib": 143771,
+    "compute_capability": "9.0",
+    "driver": "550.90.07",
+    "cuda": "12.4",
+}
+L4 = {
+    "vendor": "nvidia",
+    "product": "NVIDIA-L4",
+    "memory_mib": 23034,
+    "compute_capability": "8.9",
+    "driver": "550.90.07",
+    "cuda": "12.4",
+}
 # MIG slice sizes as the device reports them (MiB), for the H200's all-balanced layout.
 H200_MIG = [
     {"profile": "3g.71gb", "memory_mib": 71424},
@@ -36,15 +54,29 @@ H200_MIG = [
 
 DEMO_MACHINES: list[dict[str, Any]] = [
     *[
-        {"name": f"h100-{n}", "cpus": 96, "system_memory_gib": 1024,
-         "accelerators": [{**H100, "index": i, "uuid": f"GPU-demo-h100-{n}-{i}"} for i in range(4)]}
+        {
+            "name": f"h100-{n}",
+            "cpus": 96,
+            "system_memory_gib": 1024,
+            "accelerators": [{**H100, "index": i, "uuid": f"GPU-demo-h100-{n}-{i}"} for i in range(4)],
+        }
         for n in (1, 2)
     ],
-    {"name": "h200-mig", "cpus": 64, "system_memory_gib": 1024,
-     "accelerators": [{**H200, "index": 0, "uuid": "GPU-demo-h200-0", "mig": H200_MIG}]},
-    {"name": "l4-shared", "cpus": 32, "system_memory_gib": 256,
-     "accelerators": [{**L4, "index": i, "uuid": f"GPU-demo-l4-{i}", "sharing": "time_sliced", "replicas": 4}
-                      for i in range(2)]},
+    {
+        "name": "h200-mig",
+        "cpus": 64,
+        "system_memory_gib": 1024,
+        "accelerators": [{**H200, "index": 0, "uuid": "GPU-demo-h200-0", "mig": H200_MIG}],
+    },
+    {
+        "name": "l4-shared",
+        "cpus": 32,
+        "system_memory_gib": 256,
+        "accelerators": [
+            {**L4, "index": i, "uuid": f"GPU-demo-l4-{i}", "sharing": "time_sliced", "replicas": 4}
+            for i in range(2)
+        ],
+    },
 ]
 
 ON_THIS_SERVER = [

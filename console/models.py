@@ -35,9 +35,7 @@ class Team(models.Model):
     class Meta:
         ordering = ["name"]
         constraints = [
-            models.CheckConstraint(
-                condition=models.Q(name__regex=SLUG_PATTERN), name="team_name_is_slug"
-            )
+            models.CheckConstraint(condition=models.Q(name__regex=SLUG_PATTERN), name="team_name_is_slug")
         ]
 
     def __str__(self) -> str:

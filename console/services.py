@@ -20,13 +20,13 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
-
 from importlib.util import find_spec
+from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 VAR = Path(os.environ.get("BERTH_VAR_DIR", ROOT / "var")).resolve()
 STATE_FILE = VAR / "services.json"
+
 
 def package_dir(name: str) -> Path:
     """Where an installed package lives, found without importing it (pgserver warns on import)."""

@@ -23,8 +23,17 @@ class DeploymentAdmin(admin.ModelAdmin):
     list_display = ["name", "state", "team", "model", "variant", "cluster", "copies_wanted", "chat_name"]
     list_filter = ["state", "team", "cluster", "engine"]
     search_fields = ["name", "chat_name", "model__name", "last_message"]
-    readonly_fields = ["state", "notices", "last_message", "last_checked_at", "last_error_code",
-                       "last_error_message", "last_error_at", "created_by", "created_at"]
+    readonly_fields = [
+        "state",
+        "notices",
+        "last_message",
+        "last_checked_at",
+        "last_error_code",
+        "last_error_message",
+        "last_error_at",
+        "created_by",
+        "created_at",
+    ]
 
     def has_add_permission(self, request: Any) -> bool:
         return False  # deployments are hosted through the console, which places them

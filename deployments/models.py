@@ -9,8 +9,8 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models.functions import Floor
 
-from clusters.models import Accelerator, Cluster, HardwareClass, Machine, SharingClass
 from catalog.models import Engine, Model, Variant
+from clusters.models import Accelerator, Cluster, HardwareClass, Machine, SharingClass
 from console import crypto
 from console.models import SLUG_PATTERN, Team, slug_validator
 from deployments.choices import (
@@ -71,7 +71,9 @@ class Deployment(StateGuardedModel):
     class Meta:
         ordering = ["name"]
         constraints = [
-            models.CheckConstraint(condition=models.Q(name__regex=SLUG_PATTERN), name="deployment_name_is_slug"),
+            models.CheckConstraint(
+                condition=models.Q(name__regex=SLUG_PATTERN), name="deployment_name_is_slug"
+            ),
             models.CheckConstraint(
                 condition=models.Q(reply_wait_s__isnull=True)
                 | models.Q(reply_wait_s__gte=REPLY_WAIT_MIN_S, reply_wait_s__lte=REPLY_WAIT_MAX_S),
@@ -86,8 +88,12 @@ class Deployment(StateGuardedModel):
                 ),
                 name="accelerators_per_copy_share_or_whole",
             ),
-            models.CheckConstraint(condition=models.Q(copies_wanted__gte=0), name="copies_wanted_not_negative"),
-            models.CheckConstraint(condition=models.Q(state__in=DeploymentState.values), name="deployment_state_known"),
+            models.CheckConstraint(
+                condition=models.Q(copies_wanted__gte=0), name="copies_wanted_not_negative"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(state__in=DeploymentState.values), name="deployment_state_known"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -101,8 +107,12 @@ class Copy(StateGuardedModel):
 
     deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="copies")
     ordinal = models.PositiveIntegerField()
-    state = models.CharField(max_length=16, choices=CopyState.choices, default=CopyState.REQUESTED, editable=False)
-    machine = models.ForeignKey(Machine, on_delete=models.SET_NULL, null=True, blank=True, related_name="copies")
+    state = models.CharField(
+        max_length=16, choices=CopyState.choices, default=CopyState.REQUESTED, editable=False
+    )
+    machine = models.ForeignKey(
+        Machine, on_delete=models.SET_NULL, null=True, blank=True, related_name="copies"
+    )
     allocated_bytes = models.PositiveBigIntegerField(default=0)
     gpu_memory_utilization = models.FloatField(null=True, blank=True)
     hardware_class = models.CharField(max_length=20, choices=HardwareClass.choices, blank=True)
@@ -145,7 +155,9 @@ class Reservation(models.Model):
     accelerator = models.ForeignKey(
         Accelerator, on_delete=models.PROTECT, null=True, blank=True, related_name="reservations"
     )
-    resource_name = models.CharField(max_length=80, blank=True, help_text="Kubernetes resource, e.g. nvidia.com/gpu")
+    resource_name = models.CharField(
+        max_length=80, blank=True, help_text="Kubernetes resource, e.g. nvidia.com/gpu"
+    )
     reserved_bytes = models.PositiveBigIntegerField()
     share = models.DecimalField(max_digits=6, decimal_places=4)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -153,7 +165,9 @@ class Reservation(models.Model):
     class Meta:
         ordering = ["machine__name", "accelerator__index"]
         constraints = [
-            models.CheckConstraint(condition=models.Q(share__gt=0, share__lte=1), name="reservation_share_0_1"),
+            models.CheckConstraint(
+                condition=models.Q(share__gt=0, share__lte=1), name="reservation_share_0_1"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -163,7 +177,9 @@ class Reservation(models.Model):
 class Event(models.Model):
     """An audit row: a state change or an operator's action; it outlives its deployment."""
 
-    deployment = models.ForeignKey(Deployment, on_delete=models.SET_NULL, null=True, blank=True, related_name="events")
+    deployment = models.ForeignKey(
+        Deployment, on_delete=models.SET_NULL, null=True, blank=True, related_name="events"
+    )
     deployment_name = models.CharField(max_length=63)
     copy = models.ForeignKey(Copy, on_delete=models.SET_NULL, null=True, blank=True, related_name="events")
     at = models.DateTimeField(auto_now_add=True, db_index=True)

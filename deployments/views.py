@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from console.access import get_deployment, has_role, visible_deployments, NEEDS_OPERATE
+from console.access import NEEDS_OPERATE, get_deployment, has_role, visible_deployments
 
 
 def deployment_list(request: HttpRequest) -> HttpResponse:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from placement.types import Estimate, EngineSettings, ModelFacts
+from placement.types import EngineSettings, Estimate, ModelFacts
 
 BLOCK_TOKENS = 16  # vLLM's default --block-size: KV is allocated in pages of 16 tokens
 

@@ -296,7 +296,7 @@ def copies_that_fit(gpu: GpuState, need: CopyNeed) -> int:
     if mode is Mode.WHOLE:
         return 1 if gpu.untouched else 0
     room_bytes, room_share = reserved(mode, need, gpu.memory, replicas)
-    count = min(gpu.free_share // room_share, gpu.free_bytes // max(room_bytes, 1))
+    count = min(gpu.free_share // max(room_share, 1), gpu.free_bytes // max(room_bytes, 1))
     if gpu.kind in (Kind.TIME_SLICED, Kind.MPS):
         count = min(count, replicas - gpu.copies)
     return max(0, count)
@@ -315,7 +315,7 @@ def copies_that_fit_empty(static_key: tuple[Kind, int, int, tuple[int, ...]], ne
     if mode is Mode.WHOLE:
         return 1
     room_bytes, room_share = reserved(mode, need, memory, replicas)
-    count = min(SHARE_SCALE // room_share, memory // max(room_bytes, 1))
+    count = min(SHARE_SCALE // max(room_share, 1), memory // max(room_bytes, 1))
     return min(count, replicas) if kind in (Kind.TIME_SLICED, Kind.MPS) else count
 
 
@@ -324,3 +324,30 @@ def sharing_class(gpu: GpuState, mig_slice: SliceState | None) -> str:
         # Kubernetes-style names with dots replaced: mig_2g_20gb.
         return "mig_" + re.sub(r"[^0-9A-Za-z]+", "_", mig_slice.profile)
     return gpu.kind.value
+
+
+# --- filters -------------------------------------------------------------------------------
+
+
+def version_tuple(text: str | None) -> tuple[int, ...] | None:
+    """'9.0' -> (9, 0), '550.90.07' -> (550, 90, 7); None when it has no numbers."""
+    numbers = re.findall(r"\d+", text or "")
+    return tuple(int(n) for n in numbers) if numbers else None
+
+
+def at_least(have: str | None, need: str | None) -> bool:
+    """Whether a version meets a minimum; an unknown version on either side does not block."""
+    have_version, need_version = version_tuple(have), version_tuple(need)
+    if have_version is None or need_version is None:
+        return True
+    return have_version >= need_version
+
+
+def meets_versions(accelerator: Accelerator, request: PlacementRequest) -> bool:
+    engine = request.engine
+    capability_ok = at_least(accelerator.compute_capability, engine.min_compute_capability)
+    return capability_ok and at_least(accelerator.driver, engine.min_driver)
+
+
+def eligible(accelerator: Accelerator, request: PlacementRequest) -> bool:
+    return accelerator.vendor == request.engine.vendor and meets_versions(accelerator, request)

@@ -33,34 +33,58 @@ def add_member(user: Any, team: Team, role: str) -> Membership:
 
 def make_model(repo_id: str = "Qwen/Qwen3-8B") -> Model:
     model = Model.objects.create(
-        repo_id=repo_id, name=repo_id.split("/")[-1], family="Qwen3", layers=36, attention_heads=32,
-        kv_heads=8, head_dim=128, hidden_size=4096, vocab_size=151936, max_context=40960,
-        params_total=8_190_000_000, params_active=8_190_000_000,
+        repo_id=repo_id,
+        name=repo_id.split("/")[-1],
+        family="Qwen3",
+        layers=36,
+        attention_heads=32,
+        kv_heads=8,
+        head_dim=128,
+        hidden_size=4096,
+        vocab_size=151936,
+        max_context=40960,
+        params_total=8_190_000_000,
+        params_active=8_190_000_000,
     )
-    Variant.objects.create(model=model, name="bf16", precision="bf16", format="safetensors",
-                           repo_id=repo_id, size_bytes=16_381_470_720, min_compute_capability="8.0")
+    Variant.objects.create(
+        model=model,
+        name="bf16",
+        precision="bf16",
+        format="safetensors",
+        repo_id=repo_id,
+        size_bytes=16_381_470_720,
+        min_compute_capability="8.0",
+    )
     return model
 
 
 def make_cluster(name: str = "lab", gpus: int = 2) -> Cluster:
     cluster = Cluster.objects.create(name=name, kind=ClusterKind.SIMULATOR)
-    machine = Machine.objects.create(cluster=cluster, name=f"{name}-m1", cpu_count=32,
-                                     system_memory_bytes=256 * 2**30)
+    machine = Machine.objects.create(
+        cluster=cluster, name=f"{name}-m1", cpu_count=32, system_memory_bytes=256 * 2**30
+    )
     for index in range(gpus):
-        Accelerator.objects.create(machine=machine, index=index, product="NVIDIA-H100-80GB-HBM3",
-                                   memory_bytes=81559 * 2**20, compute_capability="9.0",
-                                   sharing_class=SharingClass.SHARED)
+        Accelerator.objects.create(
+            machine=machine,
+            index=index,
+            product="NVIDIA-H100-80GB-HBM3",
+            memory_bytes=81559 * 2**20,
+            compute_capability="9.0",
+            sharing_class=SharingClass.SHARED,
+        )
     return cluster
 
 
-def make_deployment(name: str, team: Team, *, cluster: Cluster | None = None, model: Model | None = None,
-                    **fields: Any) -> Deployment:
+def make_deployment(
+    name: str, team: Team, *, cluster: Cluster | None = None, model: Model | None = None, **fields: Any
+) -> Deployment:
     model = model or Model.objects.first() or make_model()
     cluster = cluster or Cluster.objects.first() or make_cluster()
     defaults: dict[str, Any] = {"accelerators_per_copy": Decimal(1), "copies_wanted": 1}
     defaults.update(fields)
-    return Deployment.objects.create(name=name, team=team, model=model, variant=model.variants.first(),
-                                     cluster=cluster, **defaults)
+    return Deployment.objects.create(
+        name=name, team=team, model=model, variant=model.variants.first(), cluster=cluster, **defaults
+    )
 
 
 def make_copy(deployment: Deployment, ordinal: int = 0) -> Copy:

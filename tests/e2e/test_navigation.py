@@ -33,7 +33,7 @@ def test_log_in_see_the_navigation_and_every_sections_empty_state(page, console_
     for label, empty_text in SECTIONS:
         nav.get_by_role("link", name=label, exact=True).click()
         assert page.locator(".empty-state").inner_text().startswith(empty_text), label
-        assert page.locator(f"nav[aria-label=Main] a[aria-current=page]").inner_text() == label
+        assert page.locator("nav[aria-label=Main] a[aria-current=page]").inner_text() == label
     assert nav.get_by_role("link", name="Admin").count() == 0  # bob is not a platform admin
 
 

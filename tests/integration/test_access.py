@@ -138,8 +138,8 @@ def changing_urls() -> list[tuple[str, str]]:
 
 @pytest.mark.parametrize("url,what", changing_urls())
 def test_a_viewer_cannot_change_deployments_clusters_or_models(as_carol, red_deployment, url, what):
-    from clusters.models import Cluster
     from catalog.models import Model
+    from clusters.models import Cluster
 
     counts = (Cluster.objects.count(), Model.objects.count(), Deployment.objects.count())
     response = as_carol.post(url, {"name": "sneaky", "kind": "simulator", "repo_id": "x/y"})
@@ -163,10 +163,24 @@ def test_every_page_renders_for_a_logged_in_user_with_the_demo_loaded(as_bob, re
     from clusters.models import Cluster
 
     call_command("seed_demo")
-    deployment = factories.make_deployment("red-demo", red, model=Model.objects.get(repo_id="Qwen/Qwen3-8B"),
-                                           cluster=Cluster.objects.get(name="demo"))
-    pages = ["/deployments/", f"/deployments/{deployment.pk}/", "/models/", "/models/?q=qwen",
-             "/models/?q=nothing-matches", f"/models/{deployment.model_id}/", "/models/on-this-server/",
-             "/clusters/", f"/clusters/{deployment.cluster_id}/", "/chat/", "/account/api-keys/"]
+    deployment = factories.make_deployment(
+        "red-demo",
+        red,
+        model=Model.objects.get(repo_id="Qwen/Qwen3-8B"),
+        cluster=Cluster.objects.get(name="demo"),
+    )
+    pages = [
+        "/deployments/",
+        f"/deployments/{deployment.pk}/",
+        "/models/",
+        "/models/?q=qwen",
+        "/models/?q=nothing-matches",
+        f"/models/{deployment.model_id}/",
+        "/models/on-this-server/",
+        "/clusters/",
+        f"/clusters/{deployment.cluster_id}/",
+        "/chat/",
+        "/account/api-keys/",
+    ]
     for url in pages:
         assert as_bob.get(url).status_code == 200, url

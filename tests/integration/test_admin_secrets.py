@@ -16,10 +16,18 @@ KUBECONFIG = "apiVersion: v1\nkind: Config\nusers:\n- name: admin\n  user:\n    
 def test_a_kubeconfig_is_stored_encrypted_and_never_shown_back(as_alice):
     response = as_alice.post(
         "/admin/clusters/cluster/add/",
-        {"name": "prod", "kind": "kubernetes", "topology": "managed_cluster", "namespace": "berth",
-         "engine_image": "vllm/vllm-openai", "sharing_strategy": "", "simulated_inventory": "{}",
-         "kubeconfig": KUBECONFIG,
-         "machines-TOTAL_FORMS": "0", "machines-INITIAL_FORMS": "0"},
+        {
+            "name": "prod",
+            "kind": "kubernetes",
+            "topology": "managed_cluster",
+            "namespace": "berth",
+            "engine_image": "vllm/vllm-openai",
+            "sharing_strategy": "",
+            "simulated_inventory": "{}",
+            "kubeconfig": KUBECONFIG,
+            "machines-TOTAL_FORMS": "0",
+            "machines-INITIAL_FORMS": "0",
+        },
     )
     assert response.status_code == 302, response.content.decode()[:2000]
     cluster = Cluster.objects.get(name="prod")
@@ -45,8 +53,9 @@ def test_reservations_and_copies_are_read_only_in_the_admin(as_alice, red):
     copy = factories.make_copy(factories.make_deployment("held", red))
     cluster = copy.deployment.cluster
     gpu = cluster.machines.first().accelerators.first()
-    reservation = Reservation.objects.create(copy=copy, machine=gpu.machine, accelerator=gpu,
-                                             reserved_bytes=10, share=1)
+    reservation = Reservation.objects.create(
+        copy=copy, machine=gpu.machine, accelerator=gpu, reserved_bytes=10, share=1
+    )
     assert as_alice.get("/admin/deployments/reservation/add/").status_code == 403
     as_alice.post(f"/admin/deployments/reservation/{reservation.pk}/change/", {"reserved_bytes": "1"})
     assert Reservation.objects.get(pk=reservation.pk).reserved_bytes == 10

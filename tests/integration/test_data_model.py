@@ -44,7 +44,10 @@ def test_reply_wait_is_between_10_and_1800_seconds(red, wait, ok):
     [("0", False), ("-1", False), ("0.25", True), ("0.5", True), ("1", True), ("4", True), ("1.5", False)],
 )
 def test_accelerators_per_copy_is_a_share_or_a_whole_number(red, size, ok):
-    assert refused(lambda: factories.make_deployment("sized", red, accelerators_per_copy=Decimal(size))) is not ok
+    assert (
+        refused(lambda: factories.make_deployment("sized", red, accelerators_per_copy=Decimal(size)))
+        is not ok
+    )
 
 
 def test_copies_wanted_may_be_zero_but_not_negative(red):
@@ -82,7 +85,9 @@ def test_events_outlive_their_deployment(red):
 def test_every_model_has_a_one_line_docstring():
     from django.apps import apps
 
-    ours = [m for m in apps.get_models() if m._meta.app_label in {"console", "clusters", "catalog", "deployments"}]
+    ours = [
+        m for m in apps.get_models() if m._meta.app_label in {"console", "clusters", "catalog", "deployments"}
+    ]
     assert len(ours) >= 13
     for model in ours:
         doc = (model.__doc__ or "").strip()

@@ -16,7 +16,9 @@ pytestmark = pytest.mark.django_db
 
 
 def counts() -> tuple[int, ...]:
-    return tuple(m.objects.count() for m in (Model, Variant, ServerModel, Cluster, Machine, Accelerator, Membership))
+    return tuple(
+        m.objects.count() for m in (Model, Variant, ServerModel, Cluster, Machine, Accelerator, Membership)
+    )
 
 
 def test_seed_demo_creates_the_demo_and_running_it_again_changes_nothing(capsys):
@@ -31,13 +33,22 @@ def test_seed_demo_creates_the_demo_and_running_it_again_changes_nothing(capsys)
     assert gpus.filter(product="NVIDIA-H100-80GB-HBM3").count() == 8
     assert gpus.filter(product="NVIDIA-L4", sharing_class="time_sliced", replicas=4).count() == 2
     h200 = gpus.get(product="NVIDIA-H200")
-    assert [s.mig_profile for s in h200.slices.order_by("index")] == ["3g.71gb", "2g.35gb", "1g.18gb", "1g.18gb"]
+    assert [s.mig_profile for s in h200.slices.order_by("index")] == [
+        "3g.71gb",
+        "2g.35gb",
+        "1g.18gb",
+        "1g.18gb",
+    ]
     assert ServerModel.objects.filter(state="ready").count() >= 3
 
 
 def test_the_demo_logins_work(client):
     call_command("seed_demo")
-    for username, password in [("admin", "berth-admin"), ("operator", "berth-operator"), ("viewer", "berth-viewer")]:
+    for username, password in [
+        ("admin", "berth-admin"),
+        ("operator", "berth-operator"),
+        ("viewer", "berth-viewer"),
+    ]:
         assert client.login(username=username, password=password), username
 
 

@@ -13,7 +13,6 @@ from deployments.choices import CopyState, DeploymentState
 from deployments.guard import StateChangeRefused
 from deployments.models import Copy, Deployment, Event
 from deployments.transitions import (
-    COPY_TRANSITIONS,
     DEPLOYMENT_TRANSITIONS,
     IllegalTransition,
     move_copy,
@@ -57,7 +56,12 @@ def test_each_allowed_deployment_transition_writes_exactly_one_event(red, bob, b
     assert Deployment.objects.get(pk=deployment.pk).state == after
     assert Event.objects.count() == events_before + 1
     event = Event.objects.latest("id")
-    assert (event.from_state, event.to_state, event.message, event.actor_name) == (before, after, "because", "bob")
+    assert (event.from_state, event.to_state, event.message, event.actor_name) == (
+        before,
+        after,
+        "because",
+        "bob",
+    )
 
 
 @pytest.mark.django_db
@@ -76,8 +80,14 @@ def test_an_illegal_deployment_transition_raises_and_changes_nothing(red, before
 def test_every_copy_transition_in_the_table_is_legal_and_recorded(red):
     deployment = factories.make_deployment("copies", red)
     copy = factories.make_copy(deployment)
-    route = [CopyState.PENDING, CopyState.COPYING_FILES, CopyState.STARTING, CopyState.READY,
-             CopyState.STOPPING, CopyState.STOPPED]
+    route = [
+        CopyState.PENDING,
+        CopyState.COPYING_FILES,
+        CopyState.STARTING,
+        CopyState.READY,
+        CopyState.STOPPING,
+        CopyState.STOPPED,
+    ]
     for step in route:
         move_copy(copy.pk, step, message=f"to {step}")
     assert Copy.objects.get(pk=copy.pk).state == CopyState.STOPPED
@@ -136,9 +146,18 @@ def test_the_admin_cannot_change_a_state(as_alice, red):
     assert 'name="state"' not in form
     as_alice.post(
         f"/admin/deployments/deployment/{deployment.pk}/change/",
-        {"name": "admin-edit", "team": red.pk, "model": deployment.model_id, "variant": deployment.variant_id,
-         "cluster": deployment.cluster_id, "accelerators_per_copy": "1", "copies_wanted": "1",
-         "engine": "vllm", "engine_settings": "{}", "state": D.DEPLOYED},
+        {
+            "name": "admin-edit",
+            "team": red.pk,
+            "model": deployment.model_id,
+            "variant": deployment.variant_id,
+            "cluster": deployment.cluster_id,
+            "accelerators_per_copy": "1",
+            "copies_wanted": "1",
+            "engine": "vllm",
+            "engine_settings": "{}",
+            "state": D.DEPLOYED,
+        },
     )
     assert Deployment.objects.get(pk=deployment.pk).state == D.REQUESTED
 

@@ -18,7 +18,9 @@ GOOD = {
 
 
 def start_with(**overrides: str) -> subprocess.CompletedProcess[str]:
-    env = {key: value for key, value in os.environ.items() if key not in GOOD and not key.startswith("BERTH_")}
+    env = {
+        key: value for key, value in os.environ.items() if key not in GOOD and not key.startswith("BERTH_")
+    }
     env.update(GOOD)
     for key, value in overrides.items():
         if value is None:
