@@ -1,5 +1,8 @@
 # Berth: `make run` starts the console with a demo cluster; `make test` runs every check CI runs.
-PYTHON ?= $(shell command -v python3.12 || command -v python3.11 || echo python3)
+# The first of python3.12, python3.11, python3 that runs and is 3.11 or 3.12.
+PYTHON ?= $(shell for p in python3.12 python3.11 python3; do \
+	$$p -c 'import sys; sys.exit(not (3, 11) <= sys.version_info[:2] <= (3, 12))' 2>/dev/null && { echo $$p; break; }; \
+	done)
 VENV := .venv
 PY := $(VENV)/bin/python
 # Starts embedded PostgreSQL and Redis under var/ unless DATABASE_URL / REDIS_URL are set.
@@ -12,7 +15,7 @@ PORT ?= 8000
 venv: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
-	@$(PYTHON) -c 'import sys; sys.exit(0 if (3, 11) <= sys.version_info[:2] <= (3, 12) else "Berth needs Python 3.11 or 3.12; set PYTHON=/path/to/python3.12")'
+	@test -n "$(PYTHON)" || { echo "Berth needs Python 3.11 or 3.12: install one, or set PYTHON=/path/to/python3.12"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet -e '.[dev]'

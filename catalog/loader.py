@@ -74,7 +74,9 @@ def model_defaults(entry: dict[str, Any]) -> dict[str, Any]:
 def variant_defaults(entry: dict[str, Any], where: str) -> dict[str, Any]:
     require_count(entry, "bytes", f"{where} variant {entry.get('name')}")
     if entry.get("engine") not in Engine.values:
-        raise CatalogError(f"{where} variant {entry.get('name')}: engine must be one of {Engine.values}")
+        raise CatalogError(
+            f"{where} variant {entry.get('name')}: engine must be one of {Engine.values}"
+        )
     return {
         "precision": entry["precision"],
         "format": entry["format"],
@@ -88,7 +90,9 @@ def variant_defaults(entry: dict[str, Any], where: str) -> dict[str, Any]:
 
 
 def load_entry(entry: dict[str, Any]) -> Model:
-    model, _ = Model.objects.update_or_create(repo_id=entry.get("repo_id"), defaults=model_defaults(entry))
+    model, _ = Model.objects.update_or_create(
+        repo_id=entry.get("repo_id"), defaults=model_defaults(entry)
+    )
     variants = entry.get("variants") or []
     if not variants:
         raise CatalogError(f"{model.repo_id}: has no variants")

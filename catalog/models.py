@@ -39,7 +39,9 @@ class Model(models.Model):
     params_active = models.PositiveBigIntegerField()
     native_dtype = models.CharField(max_length=16, default="bfloat16")
     sliding_window = models.PositiveIntegerField(null=True, blank=True)
-    global_layers = models.PositiveIntegerField(null=True, blank=True, help_text="full-attention layers")
+    global_layers = models.PositiveIntegerField(
+        null=True, blank=True, help_text="full-attention layers"
+    )
     mla = models.JSONField(
         null=True, blank=True, help_text='e.g. {"kv_lora_rank": 512, "qk_rope_head_dim": 64}'
     )
@@ -51,7 +53,8 @@ class Model(models.Model):
         ordering = ["family", "name"]
         constraints = [
             models.CheckConstraint(
-                condition=models.Q(kv_heads__lte=models.F("attention_heads")), name="kv_heads_at_most_heads"
+                condition=models.Q(kv_heads__lte=models.F("attention_heads")),
+                name="kv_heads_at_most_heads",
             ),
             models.CheckConstraint(
                 condition=models.Q(params_active__lte=models.F("params_total")),
@@ -64,7 +67,7 @@ class Model(models.Model):
 
 
 class Variant(models.Model):
-    """One way to run a model: a precision and file format, its size, engine and minimum hardware."""
+    """One way to run a model: precision and file format, size, engine and minimum hardware."""
 
     model = models.ForeignKey(Model, on_delete=models.CASCADE, related_name="variants")
     name = models.CharField(max_length=40)
@@ -73,7 +76,9 @@ class Variant(models.Model):
     repo_id = models.CharField(max_length=200)
     gguf_file = models.CharField(max_length=200, blank=True)
     size_bytes = models.PositiveBigIntegerField()
-    size_estimated = models.BooleanField(default=True, help_text="computed, not yet read from the hub")
+    size_estimated = models.BooleanField(
+        default=True, help_text="computed, not yet read from the hub"
+    )
     engine = models.CharField(max_length=16, choices=Engine.choices, default=Engine.VLLM)
     min_compute_capability = models.CharField(max_length=8, blank=True)
 
@@ -81,7 +86,9 @@ class Variant(models.Model):
         ordering = ["model", "size_bytes"]
         constraints = [
             models.UniqueConstraint(fields=["model", "name"], name="variant_name_unique_per_model"),
-            models.CheckConstraint(condition=models.Q(size_bytes__gt=0), name="variant_size_positive"),
+            models.CheckConstraint(
+                condition=models.Q(size_bytes__gt=0), name="variant_size_positive"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -103,7 +110,9 @@ class ServerModel(models.Model):
     revision = models.CharField(max_length=64, blank=True, help_text="commit once downloaded")
     path = models.CharField(max_length=500, blank=True)
     size_bytes = models.PositiveBigIntegerField(default=0)
-    state = models.CharField(max_length=16, choices=ServerModelState.choices, default=ServerModelState.QUEUED)
+    state = models.CharField(
+        max_length=16, choices=ServerModelState.choices, default=ServerModelState.QUEUED
+    )
     progress_bytes = models.PositiveBigIntegerField(default=0)
     error = models.TextField(blank=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -111,7 +120,9 @@ class ServerModel(models.Model):
     class Meta:
         ordering = ["variant__model__name", "variant__name"]
         constraints = [
-            models.UniqueConstraint(fields=["variant", "revision"], name="one_server_copy_per_revision"),
+            models.UniqueConstraint(
+                fields=["variant", "revision"], name="one_server_copy_per_revision"
+            ),
         ]
 
     def __str__(self) -> str:

@@ -17,10 +17,14 @@ def marketplace(request: HttpRequest) -> HttpResponse:
             Q(name__icontains=query) | Q(repo_id__icontains=query) | Q(family__icontains=query)
         )
     on_server = set(
-        ServerModel.objects.filter(state=ServerModelState.READY).values_list("variant__model_id", flat=True)
+        ServerModel.objects.filter(state=ServerModelState.READY).values_list(
+            "variant__model_id", flat=True
+        )
     )
     return render(
-        request, "catalog/marketplace.html", {"models": models, "query": query, "on_server": on_server}
+        request,
+        "catalog/marketplace.html",
+        {"models": models, "query": query, "on_server": on_server},
     )
 
 

@@ -27,7 +27,9 @@ def memory_bytes(entry: dict[str, Any]) -> int:
 def gpu_fields(gpu: dict[str, Any]) -> dict[str, Any]:
     replicas = int(gpu.get("replicas", 1))
     sharing = gpu.get("sharing") or ""
-    sharing_class = {"time_sliced": SharingClass.TIME_SLICED, "mps": SharingClass.MPS}.get(sharing, "")
+    sharing_class = {"time_sliced": SharingClass.TIME_SLICED, "mps": SharingClass.MPS}.get(
+        sharing, ""
+    )
     if gpu.get("mig"):
         sharing_class = SharingClass.MIG
     return {

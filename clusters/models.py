@@ -87,7 +87,9 @@ class Cluster(models.Model):
     class Meta:
         ordering = ["name"]
         constraints = [
-            models.CheckConstraint(condition=models.Q(name__regex=SLUG_PATTERN), name="cluster_name_is_slug"),
+            models.CheckConstraint(
+                condition=models.Q(name__regex=SLUG_PATTERN), name="cluster_name_is_slug"
+            ),
             models.CheckConstraint(
                 condition=models.Q(kind__in=ClusterKind.values), name="cluster_kind_known"
             ),
@@ -122,7 +124,9 @@ class Machine(models.Model):
     class Meta:
         ordering = ["cluster__name", "name"]
         constraints = [
-            models.UniqueConstraint(fields=["cluster", "name"], name="machine_name_unique_in_cluster")
+            models.UniqueConstraint(
+                fields=["cluster", "name"], name="machine_name_unique_in_cluster"
+            )
         ]
 
     def __str__(self) -> str:
@@ -133,7 +137,9 @@ class Accelerator(models.Model):
     """A GPU as the device reports it; a MIG slice is a child row with its parent GPU."""
 
     machine = models.ForeignKey(Machine, on_delete=models.CASCADE, related_name="accelerators")
-    parent = models.ForeignKey("self", on_delete=models.CASCADE, null=True, blank=True, related_name="slices")
+    parent = models.ForeignKey(
+        "self", on_delete=models.CASCADE, null=True, blank=True, related_name="slices"
+    )
     index = models.PositiveIntegerField()
     uuid = models.CharField(max_length=80, blank=True)
     vendor = models.CharField(max_length=8, choices=Vendor.choices, default=Vendor.NVIDIA)
@@ -148,7 +154,9 @@ class Accelerator(models.Model):
     sharing_class = models.CharField(
         max_length=24, choices=SharingClass.choices, default=SharingClass.WHOLE_GPU
     )
-    mig_profile = models.CharField(max_length=24, blank=True, help_text="e.g. 3g.40gb, for a MIG slice")
+    mig_profile = models.CharField(
+        max_length=24, blank=True, help_text="e.g. 3g.40gb, for a MIG slice"
+    )
     replicas = models.PositiveIntegerField(default=1, help_text="time-slicing or MPS replicas")
 
     class Meta:
@@ -160,12 +168,16 @@ class Accelerator(models.Model):
                 name="gpu_index_unique_on_machine",
             ),
             models.UniqueConstraint(fields=["parent", "index"], name="slice_index_unique_in_gpu"),
-            models.CheckConstraint(condition=models.Q(replicas__gte=1), name="accelerator_replicas_positive"),
+            models.CheckConstraint(
+                condition=models.Q(replicas__gte=1), name="accelerator_replicas_positive"
+            ),
         ]
 
     def __str__(self) -> str:
         if self.parent_id:
-            return f"{self.machine.name} GPU {self.parent.index} slice {self.mig_profile}#{self.index}"
+            return (
+                f"{self.machine.name} GPU {self.parent.index} slice {self.mig_profile}#{self.index}"
+            )
         return f"{self.machine.name} GPU {self.index} ({self.product})"
 
     @property

@@ -13,7 +13,9 @@ def cluster_list(request: HttpRequest) -> HttpResponse:
     clusters = Cluster.objects.annotate(
         machine_count=Count("machines", distinct=True),
         gpu_count=Count(
-            "machines__accelerators", filter=Q(machines__accelerators__parent__isnull=True), distinct=True
+            "machines__accelerators",
+            filter=Q(machines__accelerators__parent__isnull=True),
+            distinct=True,
         ),
     )
     return render(request, "clusters/list.html", {"clusters": clusters})
@@ -21,7 +23,9 @@ def cluster_list(request: HttpRequest) -> HttpResponse:
 
 def cluster_detail(request: HttpRequest, pk: int) -> HttpResponse:
     gpus = Accelerator.objects.filter(parent__isnull=True).prefetch_related("slices")
-    machines = Machine.objects.prefetch_related(Prefetch("accelerators", queryset=gpus, to_attr="gpus"))
+    machines = Machine.objects.prefetch_related(
+        Prefetch("accelerators", queryset=gpus, to_attr="gpus")
+    )
     cluster = get_object_or_404(
         Cluster.objects.prefetch_related(Prefetch("machines", queryset=machines)), pk=pk
     )

@@ -44,7 +44,9 @@ def can_operate_somewhere(user: Any) -> bool:
     """Operators of any team may add models to the shared catalog and download them."""
     if is_platform_admin(user):
         return True
-    return any(ROLE_RANK[Role(role)] >= ROLE_RANK[Role.OPERATOR] for role in team_roles(user).values())
+    return any(
+        ROLE_RANK[Role(role)] >= ROLE_RANK[Role.OPERATOR] for role in team_roles(user).values()
+    )
 
 
 def visible_deployments(user: Any) -> QuerySet[Any]:

@@ -42,7 +42,9 @@ class ApiKeyMiddleware:
         if token is not None and is_api_path(request.path):
             key = ApiKey.find(token)
             if key is None or not key.user.is_active:
-                return api_error(401, "The API key is not valid or was revoked. Create one under API keys.")
+                return api_error(
+                    401, "The API key is not valid or was revoked. Create one under API keys."
+                )
             ApiKey.objects.filter(pk=key.pk).update(last_used_at=timezone.now())
             request.user = key.user
             request.api_key = key  # type: ignore[attr-defined]

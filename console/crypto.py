@@ -29,5 +29,6 @@ def decrypt(token: str) -> str:
         return fernet().decrypt(token.encode()).decode()
     except InvalidToken:
         raise ImproperlyConfigured(
-            "A stored credential cannot be decrypted: BERTH_CREDENTIALS_KEY is not the key it was saved with."
+            "A stored credential cannot be decrypted: BERTH_CREDENTIALS_KEY is not the key "
+            "it was saved with."
         ) from None

@@ -58,7 +58,9 @@ DEMO_MACHINES: list[dict[str, Any]] = [
             "name": f"h100-{n}",
             "cpus": 96,
             "system_memory_gib": 1024,
-            "accelerators": [{**H100, "index": i, "uuid": f"GPU-demo-h100-{n}-{i}"} for i in range(4)],
+            "accelerators": [
+                {**H100, "index": i, "uuid": f"GPU-demo-h100-{n}-{i}"} for i in range(4)
+            ],
         }
         for n in (1, 2)
     ],
@@ -102,7 +104,7 @@ def seed_cluster() -> Cluster:
     cluster, _ = Cluster.objects.update_or_create(
         name="demo",
         defaults={
-            "description": "A simulated cluster: 2 × 4 H100, an H200 split by MIG, 2 L4 time-sliced.",
+            "description": "Simulated: 2 × 4 H100, an H200 split by MIG, 2 L4 time-sliced.",
             "kind": ClusterKind.SIMULATOR,
             "topology": Topology.MANAGED,
             "sharing_strategy": SharingStrategy.FRACTIONAL,

@@ -35,7 +35,9 @@ class Team(models.Model):
     class Meta:
         ordering = ["name"]
         constraints = [
-            models.CheckConstraint(condition=models.Q(name__regex=SLUG_PATTERN), name="team_name_is_slug")
+            models.CheckConstraint(
+                condition=models.Q(name__regex=SLUG_PATTERN), name="team_name_is_slug"
+            )
         ]
 
     def __str__(self) -> str:
@@ -45,7 +47,9 @@ class Team(models.Model):
 class Membership(models.Model):
     """A user's role in one team."""
 
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=16, choices=Role.choices, default=Role.VIEWER)
 
@@ -53,7 +57,9 @@ class Membership(models.Model):
         ordering = ["team__name", "user__username"]
         constraints = [
             models.UniqueConstraint(fields=["user", "team"], name="one_membership_per_team"),
-            models.CheckConstraint(condition=models.Q(role__in=Role.values), name="membership_role_known"),
+            models.CheckConstraint(
+                condition=models.Q(role__in=Role.values), name="membership_role_known"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -74,7 +80,9 @@ class ApiKeyQuerySet(models.QuerySet["ApiKey"]):
 class ApiKey(models.Model):
     """A personal API key: acts with its owner's memberships; only its hash is kept."""
 
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_keys")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_keys"
+    )
     name = models.CharField(max_length=100)
     prefix = models.CharField(max_length=16, db_index=True, editable=False)
     secret_hash = models.CharField(max_length=64, editable=False)
@@ -95,7 +103,9 @@ class ApiKey(models.Model):
         """Create a key and return it with the full secret, which is never stored or shown again."""
         body = secrets.token_urlsafe(32)  # 256 bits
         full = f"{API_KEY_PREFIX}{body}"
-        key = cls.objects.create(user=user, name=name, prefix=body[:12], secret_hash=hash_secret(full))
+        key = cls.objects.create(
+            user=user, name=name, prefix=body[:12], secret_hash=hash_secret(full)
+        )
         return key, full
 
     @classmethod

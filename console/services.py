@@ -76,7 +76,9 @@ def wait_for_port(port: int, what: str, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while not port_open(port):
         if time.monotonic() > deadline:
-            sys.exit(f"{what} did not start listening on 127.0.0.1:{port}; see the logs under {VAR}")
+            sys.exit(
+                f"{what} did not start listening on 127.0.0.1:{port}; see the logs under {VAR}"
+            )
         time.sleep(0.2)
 
 
@@ -121,7 +123,9 @@ def start_postgres(port: int) -> None:
         init_postgres()
     options = f"-p {port} -k {PG_DATA} -c listen_addresses=127.0.0.1"
     log = PG_DATA / "server.log"
-    run_pg([str(PG_BIN / "pg_ctl"), "-D", str(PG_DATA), "-l", str(log), "-o", options, "-w", "start"])
+    run_pg(
+        [str(PG_BIN / "pg_ctl"), "-D", str(PG_DATA), "-l", str(log), "-o", options, "-w", "start"]
+    )
     wait_for_port(port, "PostgreSQL")
     create_database(port)
 
@@ -150,7 +154,7 @@ def start_redis(port: int) -> None:
 
 
 def generated_keys() -> dict[str, str]:
-    """The quickstart's secret keys, generated once into var/keys.json unless the environment has them.
+    """The quickstart's secret keys, generated once into var/keys.json unless already set.
 
     Losing BERTH_CREDENTIALS_KEY makes every stored kubeconfig and token unreadable, so it is kept
     on disk beside the database it protects, and never regenerated.

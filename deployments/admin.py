@@ -20,7 +20,16 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 @admin.register(Deployment)
 class DeploymentAdmin(admin.ModelAdmin):
-    list_display = ["name", "state", "team", "model", "variant", "cluster", "copies_wanted", "chat_name"]
+    list_display = [
+        "name",
+        "state",
+        "team",
+        "model",
+        "variant",
+        "cluster",
+        "copies_wanted",
+        "chat_name",
+    ]
     list_filter = ["state", "team", "cluster", "engine"]
     search_fields = ["name", "chat_name", "model__name", "last_message"]
     readonly_fields = [
@@ -56,7 +65,15 @@ class ReservationAdmin(ReadOnlyAdmin):
 
 @admin.register(Event)
 class EventAdmin(ReadOnlyAdmin):
-    list_display = ["at", "deployment_name", "kind", "from_state", "to_state", "actor_name", "message"]
+    list_display = [
+        "at",
+        "deployment_name",
+        "kind",
+        "from_state",
+        "to_state",
+        "actor_name",
+        "message",
+    ]
     list_filter = ["kind", "to_state"]
     search_fields = ["deployment_name", "message", "actor_name"]
 

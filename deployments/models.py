@@ -40,11 +40,16 @@ class Deployment(StateGuardedModel):
     cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="deployments")
     revision = models.CharField(max_length=100, blank=True)
     accelerators_per_copy = models.DecimalField(
-        max_digits=6, decimal_places=3, default=Decimal(1), validators=[MinValueValidator(Decimal("0.001"))]
+        max_digits=6,
+        decimal_places=3,
+        default=Decimal(1),
+        validators=[MinValueValidator(Decimal("0.001"))],
     )
     copies_wanted = models.PositiveIntegerField(default=1)
     engine = models.CharField(max_length=16, choices=Engine.choices, default=Engine.VLLM)
-    engine_settings = models.JSONField(default=dict, blank=True, help_text="only what differs from defaults")
+    engine_settings = models.JSONField(
+        default=dict, blank=True, help_text="only what differs from defaults"
+    )
     chat_name = models.CharField(max_length=100, blank=True)
     reply_wait_s = models.PositiveIntegerField(
         null=True,
@@ -53,11 +58,16 @@ class Deployment(StateGuardedModel):
     )
     notices = models.JSONField(default=list, blank=True, editable=False)
     state = models.CharField(
-        max_length=16, choices=DeploymentState.choices, default=DeploymentState.REQUESTED, editable=False
+        max_length=16,
+        choices=DeploymentState.choices,
+        default=DeploymentState.REQUESTED,
+        editable=False,
     )
     last_message = models.TextField(blank=True, editable=False)
     last_checked_at = models.DateTimeField(null=True, blank=True, editable=False)
-    last_error_code = models.CharField(max_length=32, choices=ErrorCode.choices, blank=True, editable=False)
+    last_error_code = models.CharField(
+        max_length=32, choices=ErrorCode.choices, blank=True, editable=False
+    )
     last_error_message = models.TextField(blank=True, editable=False)
     last_error_at = models.DateTimeField(null=True, blank=True, editable=False)
     # Per-deployment log counter, taken under the row lock so readers resuming after seq N
@@ -134,7 +144,9 @@ class Copy(StateGuardedModel):
         verbose_name_plural = "copies"
         constraints = [
             models.UniqueConstraint(fields=["deployment", "ordinal"], name="copy_ordinal_unique"),
-            models.CheckConstraint(condition=models.Q(state__in=CopyState.values), name="copy_state_known"),
+            models.CheckConstraint(
+                condition=models.Q(state__in=CopyState.values), name="copy_state_known"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -144,7 +156,9 @@ class Copy(StateGuardedModel):
         self.engine_api_key_encrypted = crypto.encrypt(secret)
 
     def engine_api_key(self) -> str:
-        return crypto.decrypt(self.engine_api_key_encrypted) if self.engine_api_key_encrypted else ""
+        return (
+            crypto.decrypt(self.engine_api_key_encrypted) if self.engine_api_key_encrypted else ""
+        )
 
 
 class Reservation(models.Model):
@@ -181,27 +195,35 @@ class Event(models.Model):
         Deployment, on_delete=models.SET_NULL, null=True, blank=True, related_name="events"
     )
     deployment_name = models.CharField(max_length=63)
-    copy = models.ForeignKey(Copy, on_delete=models.SET_NULL, null=True, blank=True, related_name="events")
+    copy = models.ForeignKey(
+        Copy, on_delete=models.SET_NULL, null=True, blank=True, related_name="events"
+    )
     at = models.DateTimeField(auto_now_add=True, db_index=True)
     kind = models.CharField(max_length=16, choices=EventKind.choices)
     from_state = models.CharField(max_length=16, blank=True)
     to_state = models.CharField(max_length=16, blank=True)
     message = models.TextField(blank=True)
-    actor = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True
+    )
     actor_name = models.CharField(max_length=150, blank=True)
 
     class Meta:
         ordering = ["-at", "-id"]
 
     def __str__(self) -> str:
-        return f"{self.deployment_name}: {self.kind} {self.from_state}→{self.to_state} {self.message}"
+        return (
+            f"{self.deployment_name}: {self.kind} {self.from_state}→{self.to_state} {self.message}"
+        )
 
 
 class LogLine(models.Model):
     """One line of a deployment's logs: the serving stream or what the engine printed."""
 
     deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="log_lines")
-    copy = models.ForeignKey(Copy, on_delete=models.SET_NULL, null=True, blank=True, related_name="log_lines")
+    copy = models.ForeignKey(
+        Copy, on_delete=models.SET_NULL, null=True, blank=True, related_name="log_lines"
+    )
     machine_name = models.CharField(max_length=253, blank=True)
     stream = models.CharField(max_length=8, choices=LogStream.choices)
     seq = models.PositiveBigIntegerField()

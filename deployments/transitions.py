@@ -34,7 +34,9 @@ DEPLOYMENT_TRANSITIONS: dict[str, frozenset[str]] = {
 }
 
 COPY_TRANSITIONS: dict[str, frozenset[str]] = {
-    C.REQUESTED: frozenset({C.PENDING, C.COPYING_FILES, C.STARTING, C.FAILED, C.STOPPING, C.STOPPED}),
+    C.REQUESTED: frozenset(
+        {C.PENDING, C.COPYING_FILES, C.STARTING, C.FAILED, C.STOPPING, C.STOPPED}
+    ),
     C.PENDING: frozenset({C.COPYING_FILES, C.STARTING, C.FAILED, C.STOPPING, C.STOPPED}),
     C.COPYING_FILES: frozenset({C.STARTING, C.PENDING, C.FAILED, C.STOPPING}),
     C.STARTING: frozenset({C.READY, C.PENDING, C.FAILED, C.STOPPING}),
@@ -89,7 +91,9 @@ def move_deployment(
     return deployment
 
 
-def move_copy(copy_id: int, to: str, *, message: str = "", actor: Any = None, **fields: Any) -> Copy:
+def move_copy(
+    copy_id: int, to: str, *, message: str = "", actor: Any = None, **fields: Any
+) -> Copy:
     """Change a copy's state (and any of its fields given) under its row lock."""
     with transaction.atomic():
         copy = Copy.objects.select_for_update().select_related("deployment").get(pk=copy_id)

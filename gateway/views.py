@@ -10,6 +10,8 @@ from deployments.choices import DEPLOYMENT_SERVING
 
 
 def chat(request: HttpRequest) -> HttpResponse:
-    offered = visible_deployments(request.user).filter(state__in=DEPLOYMENT_SERVING).exclude(chat_name="")
+    offered = (
+        visible_deployments(request.user).filter(state__in=DEPLOYMENT_SERVING).exclude(chat_name="")
+    )
     names = sorted(set(offered.values_list("chat_name", flat=True)))
     return render(request, "gateway/chat.html", {"chat_names": names})

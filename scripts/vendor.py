@@ -91,7 +91,8 @@ def check() -> int:
     pinned = {name: version for name, (version, _) in PACKAGES.items()}
     if {p["name"]: p["version"] for p in recorded} != pinned:
         print(
-            "VERSIONS.json does not match the pins in scripts/vendor.py; run python scripts/vendor.py"
+            "VERSIONS.json does not match the pins in scripts/vendor.py; "
+            "run python scripts/vendor.py"
         )
         return 1
     for package in recorded:
@@ -99,7 +100,8 @@ def check() -> int:
             path = ROOT / file["path"]
             if not path.is_file() or sha256(path) != file["sha256"]:
                 print(
-                    f"{file['path']} differs from VERSIONS.json ({package['name']}@{package['version']})"
+                    f"{file['path']} differs from VERSIONS.json "
+                    f"({package['name']}@{package['version']})"
                 )
                 return 1
     print(f"vendored files match VERSIONS.json ({len(recorded)} packages)")

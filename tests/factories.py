@@ -76,14 +76,24 @@ def make_cluster(name: str = "lab", gpus: int = 2) -> Cluster:
 
 
 def make_deployment(
-    name: str, team: Team, *, cluster: Cluster | None = None, model: Model | None = None, **fields: Any
+    name: str,
+    team: Team,
+    *,
+    cluster: Cluster | None = None,
+    model: Model | None = None,
+    **fields: Any,
 ) -> Deployment:
     model = model or Model.objects.first() or make_model()
     cluster = cluster or Cluster.objects.first() or make_cluster()
     defaults: dict[str, Any] = {"accelerators_per_copy": Decimal(1), "copies_wanted": 1}
     defaults.update(fields)
     return Deployment.objects.create(
-        name=name, team=team, model=model, variant=model.variants.first(), cluster=cluster, **defaults
+        name=name,
+        team=team,
+        model=model,
+        variant=model.variants.first(),
+        cluster=cluster,
+        **defaults,
     )
 
 

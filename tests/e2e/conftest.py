@@ -62,9 +62,24 @@ def wait_until_healthy(url: str, process: subprocess.Popen[bytes], timeout: floa
 def console_url(django_db_setup, django_db_blocker) -> Iterator[str]:
     """The console served by daphne, as `make run` serves it, on the test database."""
     port = free_port()
-    env = {**os.environ, "DATABASE_URL": test_database_url(), "BERTH_ALLOWED_HOSTS": "127.0.0.1,localhost"}
-    args = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"]
-    process = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    env = {
+        **os.environ,
+        "DATABASE_URL": test_database_url(),
+        "BERTH_ALLOWED_HOSTS": "127.0.0.1,localhost",
+    }
+    args = [
+        sys.executable,
+        "-m",
+        "daphne",
+        "-b",
+        "127.0.0.1",
+        "-p",
+        str(port),
+        "console.asgi:application",
+    ]
+    process = subprocess.Popen(
+        args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         wait_until_healthy(url, process)
@@ -77,7 +92,9 @@ def console_url(django_db_setup, django_db_blocker) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def browser():
     if not CHROMIUM.exists():
-        pytest.fail(f"Chromium is missing at {CHROMIUM}: install it with `apt-get install -y chromium`.")
+        pytest.fail(
+            f"Chromium is missing at {CHROMIUM}: install it with `apt-get install -y chromium`."
+        )
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:

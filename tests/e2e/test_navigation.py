@@ -50,7 +50,9 @@ def test_a_wrong_password_says_so_and_stays_on_login(page, console_url):
     page.fill("#id_username", "bob")
     page.fill("#id_password", "not-the-password")
     page.click("button[type=submit]")
-    assert "Please enter a correct username and password" in page.locator("[role=alert]").inner_text()
+    assert (
+        "Please enter a correct username and password" in page.locator("[role=alert]").inner_text()
+    )
 
 
 OPEN_SOCKET = """(url) => new Promise((resolve) => {

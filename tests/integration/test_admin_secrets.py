@@ -1,4 +1,4 @@
-"""The admin is for platform admins; it never shows a secret and never edits a state or reservation."""
+"""The admin never shows a secret and never edits a state or a reservation."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from deployments.models import Copy, Reservation
 from tests import factories
 
 pytestmark = pytest.mark.django_db
-KUBECONFIG = "apiVersion: v1\nkind: Config\nusers:\n- name: admin\n  user:\n    token: sekrit-token-123\n"
+KUBECONFIG = (
+    "apiVersion: v1\nkind: Config\nusers:\n- name: admin\n  user:\n    token: sekrit-token-123\n"
+)
 
 
 def test_a_kubeconfig_is_stored_encrypted_and_never_shown_back(as_alice):
@@ -57,7 +59,9 @@ def test_reservations_and_copies_are_read_only_in_the_admin(as_alice, red):
         copy=copy, machine=gpu.machine, accelerator=gpu, reserved_bytes=10, share=1
     )
     assert as_alice.get("/admin/deployments/reservation/add/").status_code == 403
-    as_alice.post(f"/admin/deployments/reservation/{reservation.pk}/change/", {"reserved_bytes": "1"})
+    as_alice.post(
+        f"/admin/deployments/reservation/{reservation.pk}/change/", {"reserved_bytes": "1"}
+    )
     assert Reservation.objects.get(pk=reservation.pk).reserved_bytes == 10
     as_alice.post(f"/admin/deployments/copy/{copy.pk}/change/", {"state": CopyState.READY})
     assert Copy.objects.get(pk=copy.pk).state == CopyState.REQUESTED

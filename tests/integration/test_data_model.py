@@ -24,7 +24,9 @@ def refused(create) -> bool:
     return False
 
 
-@pytest.mark.parametrize("name", ["Has-Capitals", "under_score", "-leading", "trailing-", "sp ace", ""])
+@pytest.mark.parametrize(
+    "name", ["Has-Capitals", "under_score", "-leading", "trailing-", "sp ace", ""]
+)
 def test_deployment_names_must_be_slugs(red, name):
     assert refused(lambda: factories.make_deployment(name, red))
 
@@ -34,18 +36,30 @@ def test_deployment_names_are_unique(red, blue):
     assert refused(lambda: factories.make_deployment("same", blue))
 
 
-@pytest.mark.parametrize("wait,ok", [(9, False), (10, True), (1800, True), (1801, False), (None, True)])
+@pytest.mark.parametrize(
+    "wait,ok", [(9, False), (10, True), (1800, True), (1801, False), (None, True)]
+)
 def test_reply_wait_is_between_10_and_1800_seconds(red, wait, ok):
     assert refused(lambda: factories.make_deployment("waits", red, reply_wait_s=wait)) is not ok
 
 
 @pytest.mark.parametrize(
     "size,ok",
-    [("0", False), ("-1", False), ("0.25", True), ("0.5", True), ("1", True), ("4", True), ("1.5", False)],
+    [
+        ("0", False),
+        ("-1", False),
+        ("0.25", True),
+        ("0.5", True),
+        ("1", True),
+        ("4", True),
+        ("1.5", False),
+    ],
 )
 def test_accelerators_per_copy_is_a_share_or_a_whole_number(red, size, ok):
     assert (
-        refused(lambda: factories.make_deployment("sized", red, accelerators_per_copy=Decimal(size)))
+        refused(
+            lambda: factories.make_deployment("sized", red, accelerators_per_copy=Decimal(size))
+        )
         is not ok
     )
 
@@ -86,7 +100,9 @@ def test_every_model_has_a_one_line_docstring():
     from django.apps import apps
 
     ours = [
-        m for m in apps.get_models() if m._meta.app_label in {"console", "clusters", "catalog", "deployments"}
+        m
+        for m in apps.get_models()
+        if m._meta.app_label in {"console", "clusters", "catalog", "deployments"}
     ]
     assert len(ours) >= 13
     for model in ours:

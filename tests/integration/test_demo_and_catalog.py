@@ -17,7 +17,8 @@ pytestmark = pytest.mark.django_db
 
 def counts() -> tuple[int, ...]:
     return tuple(
-        m.objects.count() for m in (Model, Variant, ServerModel, Cluster, Machine, Accelerator, Membership)
+        m.objects.count()
+        for m in (Model, Variant, ServerModel, Cluster, Machine, Accelerator, Membership)
     )
 
 
@@ -57,7 +58,9 @@ def test_the_catalog_has_at_least_15_models_with_their_common_variants():
     assert Model.objects.count() >= 15
     qwen = Model.objects.get(repo_id="Qwen/Qwen3-8B")
     assert (qwen.layers, qwen.kv_heads, qwen.head_dim) == (36, 8, 128)
-    assert {"bf16", "fp8", "awq-int4", "gguf-q4_k_m"} <= set(qwen.variants.values_list("name", flat=True))
+    assert {"bf16", "fp8", "awq-int4", "gguf-q4_k_m"} <= set(
+        qwen.variants.values_list("name", flat=True)
+    )
     assert qwen.variants.get(name="fp8").min_compute_capability == "8.9"
     assert qwen.variants.get(name="gguf-q4_k_m").engine == "llamacpp"
     deepseek = Model.objects.get(repo_id="deepseek-ai/DeepSeek-V3")

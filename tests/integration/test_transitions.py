@@ -1,4 +1,5 @@
-"""States change only through transitions.py: one Event each, illegal ones refused, broadcast on commit."""
+"""States change only through transitions.py: one Event each, illegal ones refused,
+broadcast on commit."""
 
 from __future__ import annotations
 
@@ -21,9 +22,14 @@ from deployments.transitions import (
 from tests import factories
 
 D = DeploymentState
-ALL_DEPLOYMENT_MOVES = [(a, b) for a, targets in DEPLOYMENT_TRANSITIONS.items() for b in sorted(targets)]
+ALL_DEPLOYMENT_MOVES = [
+    (a, b) for a, targets in DEPLOYMENT_TRANSITIONS.items() for b in sorted(targets)
+]
 ILLEGAL_DEPLOYMENT_MOVES = [
-    (a, b) for a in D.values for b in D.values if b not in DEPLOYMENT_TRANSITIONS.get(a, ()) and a != b
+    (a, b)
+    for a in D.values
+    for b in D.values
+    if b not in DEPLOYMENT_TRANSITIONS.get(a, ()) and a != b
 ]
 
 

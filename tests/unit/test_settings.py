@@ -19,7 +19,9 @@ GOOD = {
 
 def start_with(**overrides: str) -> subprocess.CompletedProcess[str]:
     env = {
-        key: value for key, value in os.environ.items() if key not in GOOD and not key.startswith("BERTH_")
+        key: value
+        for key, value in os.environ.items()
+        if key not in GOOD and not key.startswith("BERTH_")
     }
     env.update(GOOD)
     for key, value in overrides.items():
@@ -28,7 +30,9 @@ def start_with(**overrides: str) -> subprocess.CompletedProcess[str]:
         else:
             env[key] = value
     code = "import django; django.setup(); print('started')"
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
 
 
 def test_good_settings_start():
@@ -41,8 +45,16 @@ def test_good_settings_start():
     "variable,value,expected",
     [
         ("DATABASE_URL", "mysql://root@localhost/berth", "DATABASE_URL must use postgresql://"),
-        ("DATABASE_URL", "postgresql://postgres@127.0.0.1:notaport/berth", "DATABASE_URL is malformed"),
-        ("DATABASE_URL", "postgresql://127.0.0.1:5432/", "DATABASE_URL is missing a host or a database name"),
+        (
+            "DATABASE_URL",
+            "postgresql://postgres@127.0.0.1:notaport/berth",
+            "DATABASE_URL is malformed",
+        ),
+        (
+            "DATABASE_URL",
+            "postgresql://127.0.0.1:5432/",
+            "DATABASE_URL is missing a host or a database name",
+        ),
         ("DATABASE_URL", None, "DATABASE_URL is not set"),
         ("REDIS_URL", "http://127.0.0.1:6379", "REDIS_URL is malformed"),
         ("REDIS_URL", "redis://127.0.0.1:99999/0", "REDIS_URL is malformed"),
