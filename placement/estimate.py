@@ -183,15 +183,22 @@ def available_kv_bytes(
     return max(0, budget_bytes - fixed)
 
 
-def kv_cache_size_tokens(
-    model: ModelFacts, engine: EngineSettings, budget_bytes: int, tensor_parallel: int = 1
+def kv_tokens_for_bytes(
+    model: ModelFacts, engine: EngineSettings, kv_bytes: int, tensor_parallel: int = 1
 ) -> int:
-    """vLLM's "GPU KV cache size: N tokens": whole pages of every KV layer that fit."""
+    """Tokens `kv_bytes` of KV cache hold, in whole pages of every KV layer, as vLLM counts."""
     per_token = model.layers * kv_bytes_per_layer_token(model, engine, tensor_parallel)
     if per_token == 0:
         return 0
+    return kv_bytes // (BLOCK_TOKENS * per_token) * BLOCK_TOKENS
+
+
+def kv_cache_size_tokens(
+    model: ModelFacts, engine: EngineSettings, budget_bytes: int, tensor_parallel: int = 1
+) -> int:
+    """vLLM's "GPU KV cache size: N tokens" for a budget of total x gpu_memory_utilization."""
     available = available_kv_bytes(model, engine, budget_bytes, tensor_parallel)
-    return available // (BLOCK_TOKENS * per_token) * BLOCK_TOKENS
+    return kv_tokens_for_bytes(model, engine, available, tensor_parallel)
 
 
 def requests_at_full_context(

@@ -12,7 +12,16 @@ from enum import StrEnum
 
 GIB = 1 << 30
 VENDORS = ("nvidia", "amd", "apple", "cpu")
-KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla")
+KV_CACHE_DTYPES = (
+    "auto",
+    "float16",
+    "bfloat16",
+    "fp8",
+    "fp8_e4m3",
+    "fp8_e5m2",
+    "fp8_inc",
+    "fp8_ds_mla",
+)
 
 
 class Policy(StrEnum):
@@ -198,7 +207,7 @@ class PlacementRequest:
         _check(
             heads % self.tensor_parallel == 0,
             "accelerators_per_copy",
-            f"{self.tensor_parallel} accelerators do not divide the model's {heads} attention heads",
+            f"{self.tensor_parallel} do not divide the model's {heads} attention heads",
         )
         self._check_engine_against_model()
 

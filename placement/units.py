@@ -7,6 +7,7 @@ are counted in integer millionths so that sums are exact.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from enum import Enum, StrEnum
@@ -249,6 +250,10 @@ def mode_for(kind: Kind, need: CopyNeed) -> Mode | None:
 
 def engine_share(mode: Mode, need: CopyNeed, replicas: int = 1) -> float:
     """--gpu-memory-utilization for a copy placed this way (a fraction of what the engine sees)."""
+    return _four_decimals_down(_engine_share(mode, need, replicas))
+
+
+def _engine_share(mode: Mode, need: CopyNeed, replicas: int) -> float:
     asked = need.engine_share
     if mode is Mode.FRACTION:
         return asked if asked is not None else DEFAULT_SHARE_OF_BUDGET * need.size
@@ -259,6 +264,11 @@ def engine_share(mode: Mode, need: CopyNeed, replicas: int = 1) -> float:
     if mode is Mode.SLICE:
         return asked if asked is not None else DEFAULT_SHARE_OF_SLICE
     return asked if asked is not None else DEFAULT_SHARE_OF_BUDGET
+
+
+def _four_decimals_down(value: float) -> float:
+    # The engine gets the value printed on its command line; rounding down keeps it in budget.
+    return math.floor(value * 10_000 + 1e-9) / 10_000
 
 
 def reserved(mode: Mode, need: CopyNeed, memory: int, replicas: int) -> tuple[int, int]:
@@ -302,7 +312,9 @@ def copies_that_fit(gpu: GpuState, need: CopyNeed) -> int:
     return max(0, count)
 
 
-def copies_that_fit_empty(static_key: tuple[Kind, int, int, tuple[int, ...]], need: CopyNeed) -> int:
+def copies_that_fit_empty(
+    static_key: tuple[Kind, int, int, tuple[int, ...]], need: CopyNeed
+) -> int:
     """copies_that_fit for a unit of this static kind with nothing on it."""
     kind, memory, replicas, slice_memories = static_key
     mode = mode_for(kind, need)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
 KV_CACHE_DTYPES = (
@@ -69,22 +68,6 @@ def human_readable_int(text: str) -> int:
     return int(float(number) * base**power)
 
 
-@dataclass(frozen=True)
-class ServeArgs:
-    """The parsed ``serve`` command: modelled flags plus the ignored ones, verbatim."""
-
-    namespace: argparse.Namespace
-    ignored: list[list[str]]
-
-    @property
-    def model(self) -> str:
-        return str(self.namespace.model_tag or self.namespace.model or "Qwen/Qwen3-0.6B")
-
-    @property
-    def served_names(self) -> list[str]:
-        return list(self.namespace.served_model_name or [self.model])
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vllm", allow_abbrev=False)
     parser.add_argument("-v", "--version", action="store_true")
@@ -105,7 +88,7 @@ def add_serve_flags(serve: argparse.ArgumentParser) -> None:
     add("--max-model-len", type=human_readable_int, default=None)
     add("--gpu-memory-utilization", type=float, default=0.9)
     add("--kv-cache-dtype", choices=KV_CACHE_DTYPES, default="auto")
-    add("--kv-cache-memory-bytes", type=human_readable_int, default=None)
+    add("--kv-cache-memory-bytes", type=human_readable_int, default=0)
     add("--block-size", type=int, default=16)
     add("--max-num-seqs", type=int, default=None)
     add("--max-num-batched-tokens", type=human_readable_int, default=None)
@@ -125,10 +108,8 @@ def normalise(argv: Sequence[str]) -> list[str]:
     """``--max_model_len=4k`` → ``--max-model-len=4k``, as FlexibleArgumentParser does."""
     result = []
     for token in argv:
-        if token.startswith("--"):
-            name, sep, value = token.partition("=")
-            token = name.replace("_", "-") + sep + value
-        result.append(token)
+        name, sep, value = token.partition("=")
+        result.append(name.replace("_", "-") + sep + value if token.startswith("--") else token)
     return result
 
 

@@ -91,9 +91,9 @@ class Resolved:
 def resolve(ns: argparse.Namespace, model: str, settings: SimSettings) -> Resolved:
     facts = load_facts(model, settings)
     check_utilization(ns.gpu_memory_utilization)
-    max_len = None if ns.max_model_len in (None, -1) else ns.max_model_len
-    if ns.max_model_len is None:
-        max_len = facts.max_model_len
+    # None: the model's own context; -1: auto, the longest that fits (known after profiling)
+    max_len = facts.max_model_len if ns.max_model_len is None else ns.max_model_len
+    max_len = None if max_len == -1 else max_len
     if max_len is not None:
         check_max_len(max_len, facts)
     check_tensor_parallel(ns.tensor_parallel_size, facts)
@@ -109,7 +109,7 @@ def resolve(ns: argparse.Namespace, model: str, settings: SimSettings) -> Resolv
         tensor_parallel_size=ns.tensor_parallel_size,
         pipeline_parallel_size=ns.pipeline_parallel_size,
         enforce_eager=ns.enforce_eager,
-        kv_cache_memory_bytes=ns.kv_cache_memory_bytes,
+        kv_cache_memory_bytes=ns.kv_cache_memory_bytes if ns.kv_cache_memory_bytes > 0 else None,
     )
     pooling = is_pooling(ns, facts.encoder_only, facts.architecture)
     return Resolved(facts, shape, pooling)

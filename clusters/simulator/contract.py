@@ -214,7 +214,7 @@ class SimSettings:
         "BERTH_SIM_HANG_AT_START",
         parse_bool,
         False,
-        "1 = hang while loading the model: never binds its port (a startup timeout).",
+        "1 = hang while loading the model; its port refuses connections (a startup timeout).",
     )
     oom_at_load: bool = _var(
         "BERTH_SIM_OOM_AT_LOAD",

@@ -20,39 +20,39 @@ logged as ignored. ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1`` is honoured.
 
 Environment (simulated hardware, speed and failures; sizes in bytes or ``80GiB``):
 
-=================================== ========== ================================================
-BERTH_SIM_GPU_MEMORY                80GiB      memory of each GPU it was given (CUDA's total)
-BERTH_SIM_GPU_NAME                  H100 80GB  'A100' or < 70 GiB: vLLM's small scheduler
-                                               defaults (2048 batched tokens, 256 seqs)
-BERTH_SIM_FREE_MEMORY               the total  free memory on the device at startup
-BERTH_SIM_HIDDEN_MEMORY             0          memory used inside its share that no estimate
-                                               knows of (OOM / short KV after placement)
-BERTH_SIM_MODEL_JSON                none       model facts: inline JSON or a file (config.json
-                                               keys + weights_bytes, encoder_only, …)
-BERTH_SIM_WEIGHTS_BYTES             1.4 GiB    checkpoint bytes (overrides the JSON)
-BERTH_SIM_NUM_LAYERS                28         num_hidden_layers (overrides the JSON)
-BERTH_SIM_NUM_KV_HEADS              8          num_key_value_heads (overrides the JSON)
-BERTH_SIM_HEAD_DIM                  128        head_dim (overrides the JSON)
-BERTH_SIM_ENCODER_ONLY              0          1: no KV cache, embeddings only
-BERTH_SIM_LOAD_S_PER_GB             0.5        load seconds per GB (10^9 B) of weights per GPU
-BERTH_SIM_INIT_S                    1.0        seconds of profiling and graph capture
-BERTH_SIM_TOKENS_PER_SECOND         40         tokens per second of each stream
-BERTH_SIM_TTFT_S                    0.1        time to first token (plus the prefill below)
-BERTH_SIM_PREFILL_TOKENS_PER_SECOND 20000      prompt tokens per second before the first token
-BERTH_SIM_REPLY_TOKENS              32         natural reply length ('stop'); max_tokens below
-                                               it gives 'length'; ignore_eos runs to max_tokens
-BERTH_SIM_CRASH_AFTER_S             none       die N s after serving starts: /health 503, exit 1
-BERTH_SIM_CRASH_KIND                cuda_error cuda_error | oom: what the crash prints
-BERTH_SIM_DEAD_LINGER_S             1.0        seconds a dead engine answers 503 before exiting
-                                               (negative: stays up, dead)
-BERTH_SIM_HANG_AT_START             0          1: hang while loading, never bind the port
-BERTH_SIM_OOM_AT_LOAD               0          1: torch.OutOfMemoryError while loading weights
-BERTH_SIM_FAIL_ATTEMPTS             0          the first N starts fail …
-BERTH_SIM_ATTEMPTS_FILE             none       … counted in this file (one integer)
+=================================== =========== =================================================
+BERTH_SIM_GPU_MEMORY                80GiB       memory of each GPU it was given (CUDA's total)
+BERTH_SIM_GPU_NAME                  H100 80GB   'A100' or < 70 GiB: vLLM's small scheduler
+                                                defaults (2048 batched tokens, 256 seqs)
+BERTH_SIM_FREE_MEMORY               the total   free memory on the device at startup
+BERTH_SIM_HIDDEN_MEMORY             0           memory used inside its share that no estimate
+                                                knows of (OOM / short KV after placement)
+BERTH_SIM_MODEL_JSON                none        model facts: inline JSON or a file (config.json
+                                                keys + weights_bytes, encoder_only, …)
+BERTH_SIM_WEIGHTS_BYTES             1.4 GiB     checkpoint bytes (overrides the JSON)
+BERTH_SIM_NUM_LAYERS                28          num_hidden_layers (overrides the JSON)
+BERTH_SIM_NUM_KV_HEADS              8           num_key_value_heads (overrides the JSON)
+BERTH_SIM_HEAD_DIM                  128         head_dim (overrides the JSON)
+BERTH_SIM_ENCODER_ONLY              0           1: no KV cache, embeddings only
+BERTH_SIM_LOAD_S_PER_GB             0.5         load seconds per GB (10^9 B) of weights per GPU
+BERTH_SIM_INIT_S                    1.0         seconds of profiling and graph capture
+BERTH_SIM_TOKENS_PER_SECOND         40          tokens per second of each stream
+BERTH_SIM_TTFT_S                    0.1         time to first token (plus the prefill below)
+BERTH_SIM_PREFILL_TOKENS_PER_SECOND 20000       prompt tokens per second before the first token
+BERTH_SIM_REPLY_TOKENS              32          natural reply length ('stop'); max_tokens below
+                                                it gives 'length'; ignore_eos runs to max_tokens
+BERTH_SIM_CRASH_AFTER_S             none        die N s after serving starts: /health 503, exit 1
+BERTH_SIM_CRASH_KIND                cuda_error  cuda_error | oom: what the crash prints
+BERTH_SIM_DEAD_LINGER_S             1.0         seconds a dead engine answers 503 before exiting
+                                                (negative: stays up, dead)
+BERTH_SIM_HANG_AT_START             0           1: hang while loading; its port refuses connections
+BERTH_SIM_OOM_AT_LOAD               0           1: torch.OutOfMemoryError while loading weights
+BERTH_SIM_FAIL_ATTEMPTS             0           the first N starts fail …
+BERTH_SIM_ATTEMPTS_FILE             none        … counted in this file (one integer)
 BERTH_SIM_FAIL_KIND                 free_memory free_memory | oom | cuda_error
-BERTH_SIM_VLLM_VERSION              0.11.0     printed at start, served on /version
-BERTH_SIM_STATS_INTERVAL_S          10         period of the 'Avg prompt throughput' lines
-=================================== ========== ================================================
+BERTH_SIM_VLLM_VERSION              0.11.0      printed at start, served on /version
+BERTH_SIM_STATS_INTERVAL_S          10          period of the 'Avg prompt throughput' lines
+=================================== =========== =================================================
 
 Exit status: 0 after SIGTERM/SIGINT (``Shutting down FastAPI HTTP server.``), 1 when the engine
 fails to start or dies, 2 for a malformed argv or BERTH_SIM_* value. The memory rules live in
@@ -155,9 +155,9 @@ class Engine:
     async def _run(self) -> int:
         self._log_banner()
         resolved = resolve(self.ns, self.model, self.settings)
-        max_len = resolved.shape.max_model_len or resolved.facts.max_model_len
         self.log.api("model.py:547", f"Resolved architecture: {resolved.facts.architecture}")
-        self.log.api("model.py:1510", f"Using max model len {max_len}")
+        if resolved.shape.max_model_len is not None:  # auto is known only after profiling
+            self.log.api("model.py:1510", f"Using max model len {resolved.shape.max_model_len}")
         sock = self._reserve_port()
         plan = await self._start_engine(resolved)
         return await self._serve(resolved, plan, sock)
@@ -261,17 +261,18 @@ class Engine:
             raise failure
 
     async def _load(self, resolved: Resolved, injected: StartupFailure | None) -> None:
+        """Sleep in proportion to the weights; an OOM stops the load where memory ran out."""
         facts, shape = resolved.facts, resolved.shape
         self.log.core("gpu_model_runner.py:2602", f"Starting to load model {self.model}...")
         if self.settings.hang_at_start:
             await self._sleep(None)
         weights = memory.weights_per_gpu(facts, shape)
         load_s = weights / 1e9 * self.settings.load_s_per_gb
+        failure = self._load_failure(resolved, injected)
+        if failure is not None:
+            await self._sleep(load_s * 0.5)
+            raise failure
         await self._sleep(load_s)
-        if self.settings.oom_at_load:
-            raise self._forced_oom(resolved)
-        self._fail_at("load", injected)
-        memory.check_weights(facts, shape, gpu_state(self.settings))
         shards = max(1, round(facts.weights_bytes / (5 * GIB)))
         self.log.plain(
             CORE,
@@ -284,6 +285,19 @@ class Engine:
             f"Model loading took {gib(weights)} GiB memory and {load_s + 0.05:.6f} seconds",
         )
 
+    def _load_failure(
+        self, resolved: Resolved, injected: StartupFailure | None
+    ) -> StartupFailure | None:
+        if self.settings.oom_at_load:
+            return self._forced_oom(resolved)
+        if injected is not None and injected.stage == "load":
+            return injected
+        try:
+            memory.check_weights(resolved.facts, resolved.shape, gpu_state(self.settings))
+        except StartupFailure as failure:
+            return failure
+        return None
+
     async def _profile(self, resolved: Resolved, injected: StartupFailure | None) -> MemoryPlan:
         facts, shape = resolved.facts, resolved.shape
         gpu = gpu_state(self.settings)
@@ -293,6 +307,8 @@ class Engine:
         self._log_profile(found)
         memory.check_kv_cache(facts, shape, gpu, found)
         plan = memory.plan_memory(facts, shape, gpu)
+        if shape.max_model_len is None:
+            self.log.core("model.py:1510", f"Using max model len {plan.max_model_len}")
         if plan.kv_bytes_per_token:
             self.log.core("kv_cache_utils.py:1087", f"GPU KV cache size: {plan.kv_tokens:,} tokens")
             self.log.core(

@@ -129,9 +129,9 @@ def facts_from_config(config: Mapping[str, Any]) -> dict[str, Any]:
         "quantization": _first(config, "quantization")
         or (quant.get("quant_method") if isinstance(quant, Mapping) else None),
     }
-    if found["encoder_only"] is None and isinstance(found["architecture"], str):
-        if any(hint in found["architecture"] for hint in ENCODER_ARCH_HINTS):
-            found["encoder_only"] = True
+    arch_name = found["architecture"] if isinstance(found["architecture"], str) else ""
+    if found["encoder_only"] is None and any(hint in arch_name for hint in ENCODER_ARCH_HINTS):
+        found["encoder_only"] = True
     if found["intermediate_size"] is None and hidden:
         found["intermediate_size"] = 4 * hidden
     return {**base, **{k: v for k, v in found.items() if v is not None}}

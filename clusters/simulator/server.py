@@ -372,14 +372,16 @@ async def stream_generation(
     stream = await open_stream(request)
     last = generation.tokens - 1
 
+    # The envelope is the same for every chunk: render it once, not once per token.
+    prefix = f'data: {dumps(head)[:-1]},"choices":['
+
     async def emit(batch: range) -> None:
-        chunks = []
-        for index in batch:
-            for number in range(generation.n):
-                chunks.append(
-                    {**head, "choices": [choice(number, range(index, index + 1), index == last)]}
-                )
-        await stream.send(chunks)
+        chunks = [
+            f"{prefix}{dumps(choice(number, range(index, index + 1), index == last))}]}}\n\n"
+            for index in batch
+            for number in range(generation.n)
+        ]
+        await stream.response.write("".join(chunks).encode())
 
     try:
         if opening:

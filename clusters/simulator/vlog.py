@@ -39,6 +39,19 @@ FRAMES: dict[str, list[tuple[str, int, str, str]]] = {
         ("v1/engine/core.py", 195, "_initialize_kv_caches", "get_kv_cache_configs("),
         ("v1/core/kv_cache_utils.py", 686, "check_enough_kv_cache_memory", "raise ValueError("),
     ],
+    "api_startup": [
+        ("entrypoints/openai/api_server.py", 1953, "run_server", "await run_server_worker("),
+        ("v1/engine/utils.py", 903, "wait_for_engine_startup", "raise RuntimeError("),
+    ],
+    "config": [
+        (
+            "entrypoints/openai/api_server.py",
+            186,
+            "build_async_engine_client",
+            "create_engine_config(",
+        ),
+        ("engine/arg_utils.py", 1129, "create_model_config", "return ModelConfig("),
+    ],
     "serve": [
         ("v1/engine/core.py", 757, "run_busy_loop", "self._process_engine_step()"),
         ("v1/worker/gpu_model_runner.py", 2258, "execute_model", "model_output = self.model("),

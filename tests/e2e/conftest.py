@@ -89,8 +89,10 @@ def console_url(django_db_setup, django_db_blocker) -> Iterator[str]:
         process.wait(timeout=10)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
+    """Per module: Playwright's sync API keeps an event loop running in this thread while it is
+    open, which would break other tests' event loops if it stayed open for the session."""
     if not CHROMIUM.exists():
         pytest.fail(
             f"Chromium is missing at {CHROMIUM}: install it with `apt-get install -y chromium`."

@@ -41,7 +41,8 @@ def test_a_platform_admin_also_sees_admin(page, console_url):
     factories.make_user("alice", staff=True)
     log_in(page, console_url, "alice")
     page.locator("nav[aria-label=Main]").get_by_role("link", name="Admin").click()
-    assert "Berth administration" in page.content()
+    header = page.locator("#site-name").inner_text()  # waits for the admin page to load
+    assert header == "Berth administration"
 
 
 def test_a_wrong_password_says_so_and_stays_on_login(page, console_url):

@@ -105,11 +105,12 @@ class Sim:
 
     def wait_for(self, text: str, timeout: float = 15.0) -> str:
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        while True:
             for line in list(self.lines):
                 if text in line:
                     return line
-            if self.proc.poll() is not None and not self._reader.is_alive():
+            finished = self.proc.poll() is not None and not self._reader.is_alive()
+            if finished or time.monotonic() >= deadline:
                 break
             time.sleep(0.02)
         raise AssertionError(f"no line with {text!r}; output:\n{self.output}")
@@ -415,8 +416,9 @@ def test_weights_bigger_than_the_share_fail_with_a_cuda_oom(launch: list[Sim]) -
     sim = run(launch, "meta-llama/Llama-3.1-8B-Instruct", "--gpu-memory-utilization", "0.5", **env)
     engine_failed(
         sim,
-        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 478.63 MiB. GPU 0 has a "
-        "total capacity of 24.00 GiB of which 162.76 MiB is free.",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 478.64 MiB. GPU 0 has a "
+        "total capacity of 24.00 GiB of which 321.98 MiB is free. Including non-PyTorch memory, "
+        "this process has 11.69 GiB memory in use.",
     )
 
 
@@ -549,6 +551,32 @@ def test_the_memory_model_matches_vllms_published_llama_figures() -> None:
     )  # fmt: skip
     plan = plan_memory(facts, shape, GpuState(total=80 * GIB, free=80 * GIB, hidden=0))
     assert (plan.kv_tokens, f"{plan.concurrency:.2f}") == (157_936, "1.20")
+
+
+def test_max_model_len_auto_fits_the_context_to_the_kv_cache() -> None:
+    facts = ModelFacts(
+        num_layers=32, num_kv_heads=8, head_dim=128, hidden_size=4096, intermediate_size=14336,
+        vocab_size=128256, max_model_len=131072, weights_bytes=LLAMA_8B["weights_bytes"],
+    )  # fmt: skip
+    shape = EngineShape(
+        gpu_memory_utilization=0.9, max_model_len=None, block_size=16, max_num_seqs=256,
+        max_num_batched_tokens=2048, dtype="bfloat16", kv_cache_dtype="auto",
+    )  # fmt: skip
+    plan = plan_memory(facts, shape, GpuState(total=24 * GIB, free=24 * GIB, hidden=0))
+    assert plan.max_model_len == plan.kv_tokens < 131072
+    assert f"{plan.concurrency:.2f}" == "1.00"
+
+
+def test_build_env_refuses_what_the_simulator_would_not_read() -> None:
+    assert build_env(gpu_memory="24GiB", oom_at_load=True, model_json={"layers": 2}) == {
+        "BERTH_SIM_GPU_MEMORY": "24GiB",
+        "BERTH_SIM_OOM_AT_LOAD": "1",
+        "BERTH_SIM_MODEL_JSON": '{"layers": 2}',
+    }
+    with pytest.raises(TypeError, match="unknown simulator settings: gpu_ram"):
+        build_env(gpu_ram="24GiB")
+    with pytest.raises(ValueError, match="BERTH_SIM_FAIL_KIND='melt'"):
+        build_env(fail_kind="melt")
 
 
 def test_the_simulator_imports_neither_django_nor_placement() -> None:

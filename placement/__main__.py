@@ -1,0 +1,3 @@
+from placement.cli import main
+
+raise SystemExit(main())
