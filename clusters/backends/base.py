@@ -1,0 +1,171 @@
+"""The protocol every cluster backend implements, and the plain values that cross it.
+
+Backends import no Django: the console turns rows into these values (a CopySpec), calls the
+backend, and writes what comes back (Discovery, Observation, LogRecord) into rows itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal, Protocol
+
+NOTICE_SHARING_NOT_CONFIGURED = "SharingNotConfigured"
+NOTICE_PARTIAL_DISCOVERY = "PartialDiscovery"
+
+HardwareClass = Literal["hardware_isolated", "software_shared", "unified_memory"]
+# whole_gpu | shared | time_sliced | mps | mig | unified_memory
+SharingClass = str
+
+
+@dataclass(frozen=True)
+class DiscoveredSlice:
+    """A MIG slice of a GPU, as the device (or the node's labels) report it."""
+
+    index: int
+    profile: str
+    memory_bytes: int
+    uuid: str = ""
+
+
+@dataclass(frozen=True)
+class DiscoveredAccelerator:
+    """One GPU (or accelerator) of a machine, memory as reported by the device."""
+
+    index: int
+    vendor: str
+    product: str
+    memory_bytes: int
+    uuid: str = ""
+    compute_capability: str = ""
+    driver_version: str = ""
+    cuda_version: str = ""
+    hardware_class: HardwareClass = "software_shared"
+    sharing_class: SharingClass = "whole_gpu"
+    replicas: int = 1
+    slices: tuple[DiscoveredSlice, ...] = ()
+
+
+@dataclass(frozen=True)
+class DiscoveredMachine:
+    """A machine as discovery sees it. Without GPU capacity facts it receives no placements."""
+
+    name: str
+    ready: bool = True
+    labels: Mapping[str, str] = field(default_factory=dict)
+    cpu_count: int = 0
+    system_memory_bytes: int = 0
+    unified_memory: bool = False
+    accelerators: tuple[DiscoveredAccelerator, ...] = ()
+    capacity_known: bool = True
+
+
+@dataclass(frozen=True)
+class Discovery:
+    """What a cluster reported: its machines, notices (in DESIGN's vocabulary) and a message."""
+
+    machines: tuple[DiscoveredMachine, ...]
+    notices: tuple[str, ...] = ()
+    message: str = ""
+    reachable: bool = True
+
+
+@dataclass(frozen=True)
+class CopySpec:
+    """Everything a backend needs to start one copy; built by the console from the rows."""
+
+    copy_id: int
+    deployment_name: str
+    ordinal: int
+    argv: tuple[str, ...]  # the engine's command line: an argument list, never a shell string
+    env: Mapping[str, str]
+    machine: str
+    gpu_indexes: tuple[int, ...] = ()
+    mig_slice_uuid: str = ""
+    mig_profile: str = ""
+    memory_share: float = 0.0  # --gpu-memory-utilization given to the engine
+    reserved_bytes: int = 0
+    port: int = 0
+    model_path: str = ""  # where the model's files are (standalone, simulator)
+    model_bytes: int = 0
+    model_files: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CopyHandle:
+    """How a backend finds a launched copy again (also after the console restarts)."""
+
+    copy_id: int
+    machine: str = ""
+    pid: int | None = None
+    port: int | None = None
+    pod_name: str = ""
+
+
+@dataclass(frozen=True)
+class FilesResult:
+    """Whether a copy's model files are on its machine, and which are missing if not."""
+
+    present: bool
+    missing: tuple[str, ...] = ()
+    message: str = ""
+
+
+ObservedStatus = Literal["starting", "ready", "exited", "unschedulable", "waiting", "gone"]
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What a backend saw of one copy."""
+
+    copy_id: int
+    status: ObservedStatus
+    exit_code: int | None = None
+    reason: str = ""  # e.g. OOMKilled, CrashLoopBackOff, Unschedulable, ImagePullBackOff
+    message: str = ""
+    pid: int | None = None
+    port: int | None = None
+    pod_name: str = ""
+    gpu_uuids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class LogRecord:
+    """One line a copy printed (engine) or its backend reported (serving)."""
+
+    copy_id: int
+    stream: Literal["serving", "engine"]
+    level: str
+    at: datetime
+    text: str
+    machine: str = ""
+
+
+@dataclass(frozen=True)
+class MetricSample:
+    name: str
+    labels: Mapping[str, str]
+    value: float
+
+
+class BackendError(Exception):
+    """A backend could not do what was asked; the message says why in words."""
+
+
+class ClusterBackend(Protocol):
+    """What placement, the lifecycle and the pages need from any kind of cluster."""
+
+    def discover(self) -> Discovery: ...
+
+    def prepare_files(self, spec: CopySpec) -> FilesResult: ...
+
+    def launch(self, spec: CopySpec) -> CopyHandle: ...
+
+    def stop(self, handle: CopyHandle) -> None: ...
+
+    def observe(self, handles: Sequence[CopyHandle]) -> list[Observation]: ...
+
+    def logs(self, handle: CopyHandle, since: datetime | None) -> list[LogRecord]: ...
+
+    def metrics(self, handle: CopyHandle) -> list[MetricSample]: ...
