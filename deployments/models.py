@@ -10,7 +10,7 @@ from django.db import models
 from django.db.models.functions import Floor
 
 from catalog.models import Engine, Model, Variant
-from clusters.models import Accelerator, Cluster, HardwareClass, Machine, SharingClass
+from clusters.models import Accelerator, Cluster, HardwareClass, Machine
 from console import crypto
 from console.models import SLUG_PATTERN, Team, slug_validator
 from deployments.choices import (
@@ -126,7 +126,8 @@ class Copy(StateGuardedModel):
     allocated_bytes = models.PositiveBigIntegerField(default=0)
     gpu_memory_utilization = models.FloatField(null=True, blank=True)
     hardware_class = models.CharField(max_length=20, choices=HardwareClass.choices, blank=True)
-    sharing_class = models.CharField(max_length=24, choices=SharingClass.choices, blank=True)
+    # whole_gpu | shared | time_sliced | mps | mig_<profile> | unified_memory
+    sharing_class = models.CharField(max_length=32, blank=True)
     pending_reason = models.TextField(blank=True)
     port = models.PositiveIntegerField(null=True, blank=True)
     process_id = models.PositiveIntegerField(null=True, blank=True)

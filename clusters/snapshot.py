@@ -1,0 +1,81 @@
+"""Turns a cluster's rows into placement's Inventory: machines, GPUs, MIG slices, reservations.
+
+Free room is always derived from Reservation rows, never from what a device happens to show.
+"""
+
+from __future__ import annotations
+
+from django.db.models import Prefetch
+
+import placement
+from clusters.models import Accelerator, Cluster, SharingClass
+from deployments.models import Reservation
+
+SHARING_BY_CLASS = {
+    SharingClass.TIME_SLICED: placement.GpuSharing.TIME_SLICED,
+    SharingClass.MPS: placement.GpuSharing.MPS,
+}
+
+
+def slice_id(row: Accelerator) -> str:
+    """A MIG slice's id in the inventory: its row id, stable across refreshes."""
+    return str(row.pk)
+
+
+def gpu_to_inventory(gpu: Accelerator) -> placement.Accelerator:
+    slices = tuple(
+        placement.MigSlice(profile=s.mig_profile, memory_bytes=s.memory_bytes, slice_id=slice_id(s))
+        for s in gpu.slices.all()
+    )
+    return placement.Accelerator(
+        index=gpu.index,
+        vendor=gpu.vendor,
+        product=gpu.product,
+        memory_bytes=gpu.memory_bytes,
+        compute_capability=gpu.compute_capability or None,
+        driver=gpu.driver_version or None,
+        sharing=SHARING_BY_CLASS.get(gpu.sharing_class),
+        replicas=gpu.replicas,
+        mig=slices or None,
+    )
+
+
+def reservation_to_inventory(row: Reservation) -> placement.Reservation | None:
+    gpu = row.accelerator
+    if gpu is None:  # Kubernetes before the device plugin's choice is observed: see DESIGN §4
+        return None
+    parent = gpu.parent if gpu.parent_id else gpu
+    return placement.Reservation(
+        machine=row.machine.name,
+        accelerator=parent.index,
+        bytes=row.reserved_bytes,
+        share=float(row.share),
+        slice=slice_id(gpu) if gpu.parent_id else None,
+    )
+
+
+def inventory_for(cluster: Cluster) -> placement.Inventory:
+    """The cluster as placement sees it now: ready machines with GPU facts, and what is held."""
+    gpus = Accelerator.objects.filter(parent__isnull=True).prefetch_related("slices")
+    machines = cluster.machines.filter(ready=True).prefetch_related(
+        Prefetch("accelerators", queryset=gpus, to_attr="gpus")
+    )
+    inventory_machines = tuple(
+        placement.Machine(
+            name=m.name,
+            accelerators=tuple(gpu_to_inventory(g) for g in m.gpus),
+            system_memory_bytes=m.system_memory_bytes,
+            unified_memory=m.unified_memory,
+        )
+        for m in machines
+    )
+    rows = Reservation.objects.filter(machine__cluster=cluster, machine__ready=True).select_related(
+        "machine", "accelerator__parent"
+    )
+    reservations = tuple(r for r in map(reservation_to_inventory, rows) if r is not None)
+    sharing = (
+        placement.ClusterSharing.FRACTIONAL
+        if cluster.sharing_strategy
+        else placement.ClusterSharing.WHOLE_GPU
+    )
+    return placement.Inventory(inventory_machines, reservations, sharing)

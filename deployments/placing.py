@@ -1,0 +1,114 @@
+"""Placement inside the console: fit checks, estimates, and the reservation writer.
+
+The reservation writer takes one lock per cluster (its row, SELECT … FOR UPDATE, always before
+any Deployment or Copy row), re-plans against the locked state and writes Reservations, so two
+requests racing for the last GPU can never both get it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from decimal import Decimal
+from typing import Any
+
+from django.db import transaction
+
+import placement
+from catalog.facts import engine_settings, model_facts
+from catalog.models import Model, Variant
+from clusters.models import Accelerator, Cluster, Machine
+from clusters.snapshot import inventory_for
+from deployments.models import Copy, Deployment, Reservation
+
+
+def placement_request(
+    model: Model,
+    variant: Variant,
+    settings: dict[str, Any],
+    accelerators_per_copy: float | Decimal,
+    copies: int,
+) -> placement.PlacementRequest:
+    return placement.PlacementRequest(
+        model=model_facts(model, variant),
+        engine=engine_settings(model, variant, settings),
+        accelerators_per_copy=float(accelerators_per_copy),
+        copies=copies,
+    )
+
+
+def request_for(deployment: Deployment, copies: int | None = None) -> placement.PlacementRequest:
+    wanted = deployment.copies_wanted if copies is None else copies
+    return placement_request(
+        deployment.model,
+        deployment.variant,
+        deployment.engine_settings,
+        deployment.accelerators_per_copy,
+        wanted,
+    )
+
+
+def fit_check(cluster: Cluster, request: placement.PlacementRequest) -> placement.PlanResult:
+    """How many copies fit now and on the empty cluster, and why the rest do not (no writes)."""
+    return placement.plan(inventory_for(cluster), request)
+
+
+def estimate(
+    model: Model, variant: Variant, settings: dict[str, Any], tensor_parallel: int = 1
+) -> placement.Estimate:
+    return placement.estimate_copy(
+        model_facts(model, variant), engine_settings(model, variant, settings), tensor_parallel
+    )
+
+
+def accelerator_rows(cluster: Cluster, placed: placement.Placement) -> list[Accelerator]:
+    """The rows a placement names: the MIG slice, or the GPUs by index on its machine."""
+    if placed.slice_id is not None:
+        return [Accelerator.objects.get(pk=int(placed.slice_id))]
+    gpus = Accelerator.objects.filter(
+        machine__cluster=cluster, machine__name=placed.machine, parent__isnull=True
+    )
+    by_index = {gpu.index: gpu for gpu in gpus.filter(index__in=placed.accelerators)}
+    return [by_index[index] for index in placed.accelerators]
+
+
+def write_reservation(cluster: Cluster, copy: Copy, placed: placement.Placement) -> None:
+    machine = Machine.objects.get(cluster=cluster, name=placed.machine)
+    for gpu in accelerator_rows(cluster, placed):
+        Reservation.objects.create(
+            copy=copy,
+            machine=machine,
+            accelerator=gpu,
+            reserved_bytes=placed.allocated_bytes,
+            share=Decimal(str(round(placed.share, 4))),
+        )
+    Copy.objects.filter(pk=copy.pk).update(
+        machine=machine,
+        allocated_bytes=placed.allocated_bytes,
+        gpu_memory_utilization=placed.gpu_memory_utilization,
+        hardware_class=placed.hardware_class,
+        sharing_class=placed.sharing_class,
+        pending_reason="",
+    )
+
+
+def reserve(deployment: Deployment, copies: list[Copy]) -> placement.PlanResult:
+    """Place `copies` (not yet holding room) of the deployment, writing their Reservations.
+
+    Returns the plan: copies placed in order, and for the rest the reason they do not fit now.
+    """
+    with transaction.atomic():
+        cluster = Cluster.objects.select_for_update().get(pk=deployment.cluster_id)
+        result = placement.plan(inventory_for(cluster), request_for(deployment, len(copies)))
+        for copy, placed in zip(copies, result.placed, strict=False):
+            write_reservation(cluster, copy, placed)
+        return result
+
+
+def release(copy: Copy) -> int:
+    """Give back a stopped copy's room. Called when the copy is observed stopped."""
+    deleted, _ = Reservation.objects.filter(copy=copy).delete()
+    return deleted
+
+
+def with_copies(request: placement.PlacementRequest, copies: int) -> placement.PlacementRequest:
+    return replace(request, copies=copies)
