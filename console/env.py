@@ -43,6 +43,21 @@ def env_int(name: str, default: int, *, low: int | None = None, high: int | None
     return value
 
 
+def env_float(
+    name: str, default: float, *, low: float | None = None, high: float | None = None
+) -> float:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a number.") from None
+    if (low is not None and value < low) or (high is not None and value > high):
+        raise ImproperlyConfigured(f"{name}={value:g} is outside {low:g}..{high:g}.")
+    return value
+
+
 def env_list(name: str, default: list[str]) -> list[str]:
     raw = os.environ.get(name)
     if raw is None:

@@ -6,7 +6,15 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
-from console.env import database_from_url, env_bool, env_int, env_list, env_str, redis_url
+from console.env import (
+    database_from_url,
+    env_bool,
+    env_float,
+    env_int,
+    env_list,
+    env_str,
+    redis_url,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -90,6 +98,19 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = env_str("BERTH_CELERY_QUEUE", "berth")
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 RECONCILE_EVERY_S = env_int("BERTH_RECONCILE_EVERY_S", 5, low=1, high=3600)
+CELERY_BEAT_SCHEDULE = {
+    "reconcile": {"task": "deployments.tasks.reconcile", "schedule": float(RECONCILE_EVERY_S)},
+}
+WATCH_EVERY_S = env_float("BERTH_WATCH_EVERY_S", 1.0, low=0.05, high=60)
+# Where local engines (standalone, simulator) keep their logs and process records.
+STATE_DIR = Path(env_str("BERTH_STATE_DIR", str(BASE_DIR / "var" / "state")))
+SIMULATOR_COPY_BYTES_PER_S = env_int("BERTH_SIMULATOR_COPY_BYTES_PER_S", 20 * 2**30, low=1)
+# Retries of failures that can pass: exponential backoff from the base, capped.
+RETRY_BASE_S = env_float("BERTH_RETRY_BASE_S", 5.0, low=0.1, high=3600)
+RETRY_MAX_S = env_float("BERTH_RETRY_MAX_S", 300.0, low=0.1, high=86400)
+# A copy must serve within base + per-GiB × model size (× 3 on unified-memory machines).
+STARTUP_TIMEOUT_BASE_S = env_float("BERTH_STARTUP_TIMEOUT_BASE_S", 300.0, low=1, high=86400)
+STARTUP_TIMEOUT_PER_GIB_S = env_float("BERTH_STARTUP_TIMEOUT_PER_GIB_S", 10.0, low=0, high=3600)
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

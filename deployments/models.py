@@ -73,6 +73,10 @@ class Deployment(StateGuardedModel):
     # Per-deployment log counter, taken under the row lock so readers resuming after seq N
     # never skip a line that committed late.
     log_seq = models.PositiveBigIntegerField(default=0, editable=False)
+    # Bumped when the size of a copy changes: copies of older generations are replaced.
+    generation = models.PositiveIntegerField(default=1, editable=False)
+    # Delete asks for a stop first; the row goes once every copy is observed stopped.
+    delete_when_stopped = models.BooleanField(default=False, editable=False)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
@@ -117,6 +121,7 @@ class Copy(StateGuardedModel):
 
     deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="copies")
     ordinal = models.PositiveIntegerField()
+    generation = models.PositiveIntegerField(default=1)
     state = models.CharField(
         max_length=16, choices=CopyState.choices, default=CopyState.REQUESTED, editable=False
     )
@@ -133,6 +138,11 @@ class Copy(StateGuardedModel):
     process_id = models.PositiveIntegerField(null=True, blank=True)
     pod_name = models.CharField(max_length=253, blank=True)
     engine_api_key_encrypted = models.TextField(blank=True, editable=False)
+    state_changed_at = models.DateTimeField(null=True, blank=True, editable=False)
+    started_at = models.DateTimeField(null=True, blank=True, help_text="engine launched at")
+    startup_deadline = models.DateTimeField(null=True, blank=True)
+    # Where the watcher has read the copy's engine log up to (backend-specific, e.g. a byte offset).
+    log_cursor = models.CharField(max_length=64, blank=True)
     attempts = models.PositiveIntegerField(default=0)
     next_attempt_at = models.DateTimeField(null=True, blank=True)
     last_error_code = models.CharField(max_length=32, choices=ErrorCode.choices, blank=True)

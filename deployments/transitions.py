@@ -18,15 +18,13 @@ from deployments.choices import EventKind
 from deployments.guard import state_change_allowed
 from deployments.models import Copy, Deployment, Event
 
+# While a deployment runs, its state follows its copies, so it may move between any of these.
+RUNNING = frozenset({D.DEPLOYING, D.INITIALIZING, D.DEPLOYED, D.DEGRADED, D.ERROR})
+LEAVING_RUNNING = frozenset({D.FAILED, D.MUST_REDOWNLOAD, D.STOPPING})
+
 DEPLOYMENT_TRANSITIONS: dict[str, frozenset[str]] = {
-    D.REQUESTED: frozenset({D.DEPLOYING, D.FAILED, D.ERROR, D.MUST_REDOWNLOAD, D.STOPPING}),
-    D.DEPLOYING: frozenset(
-        {D.INITIALIZING, D.DEPLOYED, D.DEGRADED, D.ERROR, D.FAILED, D.MUST_REDOWNLOAD, D.STOPPING}
-    ),
-    D.INITIALIZING: frozenset({D.DEPLOYED, D.DEGRADED, D.ERROR, D.FAILED, D.STOPPING}),
-    D.DEPLOYED: frozenset({D.DEPLOYING, D.DEGRADED, D.ERROR, D.STOPPING}),
-    D.DEGRADED: frozenset({D.DEPLOYING, D.DEPLOYED, D.ERROR, D.FAILED, D.STOPPING}),
-    D.ERROR: frozenset({D.REQUESTED, D.DEPLOYING, D.DEPLOYED, D.DEGRADED, D.FAILED, D.STOPPING}),
+    D.REQUESTED: RUNNING | LEAVING_RUNNING,
+    **{state: (RUNNING - {state}) | LEAVING_RUNNING for state in RUNNING},
     D.FAILED: frozenset({D.REQUESTED, D.STOPPING, D.STOPPED}),
     D.MUST_REDOWNLOAD: frozenset({D.REQUESTED, D.FAILED, D.STOPPING, D.STOPPED}),
     D.STOPPING: frozenset({D.STOPPED, D.ERROR}),
@@ -37,13 +35,13 @@ COPY_TRANSITIONS: dict[str, frozenset[str]] = {
     C.REQUESTED: frozenset(
         {C.PENDING, C.COPYING_FILES, C.STARTING, C.FAILED, C.STOPPING, C.STOPPED}
     ),
-    C.PENDING: frozenset({C.COPYING_FILES, C.STARTING, C.FAILED, C.STOPPING, C.STOPPED}),
-    C.COPYING_FILES: frozenset({C.STARTING, C.PENDING, C.FAILED, C.STOPPING}),
+    C.PENDING: frozenset({C.COPYING_FILES, C.FAILED, C.STOPPING, C.STOPPED}),
+    C.COPYING_FILES: frozenset({C.STARTING, C.PENDING, C.FAILED, C.STOPPING, C.STOPPED}),
     C.STARTING: frozenset({C.READY, C.PENDING, C.FAILED, C.STOPPING}),
     C.READY: frozenset({C.PENDING, C.FAILED, C.STOPPING}),
     C.STOPPING: frozenset({C.STOPPED, C.FAILED}),
     C.STOPPED: frozenset({C.REQUESTED}),
-    C.FAILED: frozenset({C.REQUESTED, C.PENDING, C.STOPPING, C.STOPPED}),
+    C.FAILED: frozenset({C.REQUESTED, C.STOPPING, C.STOPPED}),
 }
 
 
@@ -110,9 +108,35 @@ def move_copy(
             **actor_fields(actor),
         )
         copy.state = to
+        copy.state_changed_at = timezone.now()
         for name, value in fields.items():
             setattr(copy, name, value)
         with state_change_allowed():
             copy.save()
         live.broadcast_on_commit(live.deployment_group(copy.deployment_id), "copy", copy.pk)
     return copy
+
+
+def note(deployment_id: int, message: str, **fields: Any) -> None:
+    """Say in words what happened last, without a state change (and so without an Event)."""
+    Deployment.objects.filter(pk=deployment_id).update(
+        last_message=message, last_checked_at=timezone.now(), **fields
+    )
+    live.broadcast_on_commit(live.deployment_group(deployment_id), "deployment", deployment_id)
+    live.broadcast_on_commit("deployments", "deployment", deployment_id)
+
+
+def copy_if(
+    copy_id: int, expected: frozenset[str] | set[str], to: str, **kwargs: Any
+) -> Copy | None:
+    """Move a copy only if it is still in one of the expected states (a compare-and-set claim).
+
+    Tasks use it so that running twice, or after another worker, changes nothing.
+    """
+    with transaction.atomic():
+        current = (
+            Copy.objects.select_for_update().filter(pk=copy_id).values_list("state", flat=True)
+        )
+        if not current or current[0] not in expected:
+            return None
+        return move_copy(copy_id, to, **kwargs)

@@ -1,0 +1,48 @@
+"""Which backend serves a cluster: one instance per cluster per process (they keep log cursors
+and, for local engines, the state directory where processes are recorded for re-adoption)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+
+from clusters.backends.base import ClusterBackend
+from clusters.models import Cluster, ClusterKind
+
+_backends: dict[tuple[int, str], Any] = {}
+_lock = threading.Lock()
+
+
+def state_dir(cluster: Cluster) -> Path:
+    return Path(settings.STATE_DIR) / f"cluster-{cluster.pk}"
+
+
+def make_backend(cluster: Cluster) -> ClusterBackend:
+    if cluster.kind == ClusterKind.SIMULATOR:
+        from clusters.backends.simulator import SimulatorBackend
+
+        return SimulatorBackend(
+            cluster.simulated_inventory or {},
+            state_dir(cluster),
+            copy_bytes_per_second=settings.SIMULATOR_COPY_BYTES_PER_S,
+        )
+    if cluster.kind == ClusterKind.STANDALONE:
+        from clusters.backends.standalone import StandaloneBackend
+
+        return StandaloneBackend(state_dir(cluster))
+    from clusters.backends.kubernetes import KubernetesBackend
+
+    image = f"{cluster.engine_image}:{cluster.engine_version or 'latest'}"
+    return KubernetesBackend(cluster.kubeconfig(), cluster.namespace, image)  # type: ignore[return-value]
+
+
+def backend_for(cluster: Cluster) -> ClusterBackend:
+    """The cluster's backend, made once per process and per version of the cluster's data."""
+    key = (cluster.pk, repr(cluster.simulated_inventory) + cluster.kubeconfig_encrypted)
+    with _lock:
+        if key not in _backends:
+            _backends[key] = make_backend(cluster)
+        return _backends[key]  # type: ignore[no-any-return]

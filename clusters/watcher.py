@@ -1,0 +1,180 @@
+"""The watcher: one process, one asyncio task per cluster, each under a Postgres advisory lock
+(so two watchers never watch one cluster). It follows the backends' observations and logs,
+writes them into rows, and wakes the rest. Blocking backend and database calls run in threads,
+never on the event loop.
+
+Engine processes of standalone and simulator clusters run in their own sessions, recorded by
+pid and port: a restarted watcher re-adopts them, so restarting the console never stops a model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import timedelta
+
+import psycopg
+from psycopg.conninfo import make_conninfo
+from django.conf import settings
+from django.db import close_old_connections, connection
+from django.utils import timezone
+
+from clusters.backends.base import Observation
+from clusters.models import Cluster
+from clusters.registry import backend_for
+from deployments import lifecycle, logs, transitions
+from deployments.choices import CopyState as C
+from deployments.choices import ErrorCode, LogLevel, LogStream
+from deployments.classify import Failure, classify
+from deployments.launching import handle_for
+from deployments.models import Copy
+
+log = logging.getLogger(__name__)
+ADVISORY_NAMESPACE = 7261  # "berth watcher"; the cluster id is the second key
+WATCHED = (C.STARTING, C.READY, C.STOPPING)
+# A copy claimed for launch but without a process after this long lost its worker.
+LAUNCH_GRACE = timedelta(seconds=60)
+
+
+def watched_copies(cluster_id: int) -> list[Copy]:
+    related = ("deployment__cluster", "deployment__variant", "machine")
+    return list(
+        Copy.objects.filter(deployment__cluster_id=cluster_id, state__in=WATCHED).select_related(
+            *related
+        )
+    )
+
+
+def read_logs(backend: object, copy: Copy) -> None:
+    if copy.process_id is None and not copy.pod_name:
+        return
+    records = backend.logs(handle_for(copy), logs.last_engine_line_at(copy))  # type: ignore[attr-defined]
+    lines = [(copy, LogStream.ENGINE, r.level, r.at, r.text) for r in records]
+    logs.write_lines(copy.deployment_id, lines)
+
+
+def failure_of(copy: Copy, seen: Observation) -> Failure:
+    found = classify(logs.recent_engine_lines(copy), seen.exit_code)
+    if found is None:
+        words = seen.message or f"The engine stopped ({seen.reason or 'no reason given'})."
+        found = Failure(ErrorCode.CONTAINER_EXITED, False, words)
+    if copy.state == C.READY:  # it served before, so the same start can work again
+        found = Failure(found.code, False, found.line, found.fix)
+    return found
+
+
+def became_ready(copy: Copy) -> None:
+    machine = copy.machine.name if copy.machine_id else "its machine"
+    moved = transitions.copy_if(copy.pk, {C.STARTING}, C.READY, message=f"Serves on {machine}.")
+    if moved is None:
+        return
+    logs.serving(copy, f"Copy {copy.ordinal} serves on {machine} (port {copy.port}).")
+    lifecycle.refresh_state(copy.deployment_id)
+    wake_neighbours(copy)
+
+
+def wake_neighbours(copy: Copy) -> None:
+    """Copies that waited for this one to finish starting on a shared GPU may start now."""
+    waiting = Copy.objects.filter(
+        deployment__cluster_id=copy.deployment.cluster_id, state=C.COPYING_FILES
+    ).exclude(pending_reason="")
+    for neighbour in waiting:
+        lifecycle.enqueue_now("launch_copy", neighbour.pk)
+
+
+def stopped_running(copy: Copy, seen: Observation) -> None:
+    if copy.state == C.STOPPING:
+        logs.serving(copy, f"Copy {copy.ordinal} stopped.")
+        lifecycle.observed_stopped(copy)
+        return
+    if seen.status == "gone" and copy.process_id is None and not copy.pod_name:
+        if copy.started_at and timezone.now() - copy.started_at < LAUNCH_GRACE:
+            return  # its launch is still on its way
+    failure = failure_of(copy, seen)
+    logs.serving(
+        copy, f"Copy {copy.ordinal} stopped: {failure.code}: {failure.line}", LogLevel.ERROR
+    )
+    lifecycle.fail_copy(copy, failure)
+
+
+def apply(copy: Copy, seen: Observation) -> None:
+    if seen.status == "ready" and copy.state == C.STARTING:
+        became_ready(copy)
+    elif seen.status in ("exited", "gone"):
+        stopped_running(copy, seen)
+    elif seen.status == "unschedulable" and copy.state == C.STARTING:
+        Copy.objects.filter(pk=copy.pk).update(pending_reason=seen.message or seen.reason)
+
+
+def watch_once(cluster_id: int) -> int:
+    """One look at a cluster: read new log lines, then apply what the backend observes."""
+    close_old_connections()
+    cluster = Cluster.objects.filter(pk=cluster_id).first()
+    if cluster is None:
+        return 0
+    backend = backend_for(cluster)
+    copies = watched_copies(cluster_id)
+    for copy in copies:
+        read_logs(backend, copy)
+    observations = {o.copy_id: o for o in backend.observe([handle_for(c) for c in copies])}
+    for copy in copies:
+        if copy.pk in observations:
+            apply(copy, observations[copy.pk])
+    return len(copies)
+
+
+def database_dsn() -> str:
+    s = connection.settings_dict
+    return make_conninfo(
+        host=s["HOST"], port=s["PORT"], dbname=s["NAME"], user=s["USER"], password=s["PASSWORD"]
+    )
+
+
+async def hold_lock(cluster_id: int) -> psycopg.AsyncConnection:
+    """A dedicated connection holding the cluster's advisory lock for as long as it is open."""
+    while True:
+        lock_connection = await psycopg.AsyncConnection.connect(database_dsn(), autocommit=True)
+        cursor = await lock_connection.execute(
+            "SELECT pg_try_advisory_lock(%s, %s)", (ADVISORY_NAMESPACE, cluster_id)
+        )
+        row = await cursor.fetchone()
+        if row and row[0]:
+            return lock_connection
+        await lock_connection.close()
+        await asyncio.sleep(settings.WATCH_EVERY_S * 5)  # another watcher has it
+
+
+async def watch_cluster(cluster_id: int, stop: asyncio.Event) -> None:
+    lock_connection = await hold_lock(cluster_id)
+    log.info("watching cluster %s", cluster_id)
+    try:
+        while not stop.is_set():
+            try:
+                await asyncio.to_thread(watch_once, cluster_id)
+            except Exception:  # a bad pass must not end the watch; the next one retries
+                log.exception("watching cluster %s", cluster_id)
+            try:
+                await asyncio.wait_for(stop.wait(), settings.WATCH_EVERY_S)
+            except TimeoutError:
+                pass
+    finally:
+        await lock_connection.close()
+
+
+def cluster_ids() -> list[int]:
+    close_old_connections()
+    return list(Cluster.objects.values_list("pk", flat=True))
+
+
+async def watch_all(stop: asyncio.Event) -> None:
+    """Watch every cluster, starting tasks for clusters added while running."""
+    tasks: dict[int, asyncio.Task[None]] = {}
+    while not stop.is_set():
+        for cluster_id in await asyncio.to_thread(cluster_ids):
+            if cluster_id not in tasks or tasks[cluster_id].done():
+                tasks[cluster_id] = asyncio.create_task(watch_cluster(cluster_id, stop))
+        try:
+            await asyncio.wait_for(stop.wait(), 5)
+        except TimeoutError:
+            pass
+    await asyncio.gather(*tasks.values(), return_exceptions=True)

@@ -1,0 +1,316 @@
+"""One function per operator action. Each runs in a transaction, writes an Event with the actor,
+and enqueues its tasks on commit. Views and the API call these, never the ORM, for changes."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+
+from catalog.models import Model, Variant
+from clusters.models import Cluster
+from console.models import SLUG_PATTERN, Team
+from deployments import lifecycle, transitions
+from deployments.choices import DEPLOYMENT_CAN_SCALE, CopyState, EventKind
+from deployments.choices import DeploymentState as D
+from deployments.engine.settings import EngineSettingsError, validate_settings
+from deployments.models import REPLY_WAIT_MAX_S, REPLY_WAIT_MIN_S, Deployment, Event
+
+
+class ActionRefused(Exception):
+    """An action cannot be done as asked; `field` names what to change (or is empty)."""
+
+    def __init__(self, message: str, field: str = "") -> None:
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+
+def record(deployment: Deployment, actor: Any, message: str) -> None:
+    Event.objects.create(
+        deployment=deployment,
+        deployment_name=deployment.name,
+        kind=EventKind.ACTION,
+        message=message,
+        **transitions.actor_fields(actor),
+    )
+
+
+# --- checking what an operator asked for --------------------------------------------------
+
+
+def parse_size(raw: Any) -> Decimal:
+    try:
+        size = Decimal(str(raw))
+    except (InvalidOperation, ValueError):
+        raise ActionRefused(
+            "must be a number such as 0.5, 1 or 2", "accelerators_per_copy"
+        ) from None
+    if not (0 < size < 1 or (size >= 1 and size == size.to_integral_value())):
+        raise ActionRefused(
+            f"{raw} is not a size: use a share between 0 and 1 (e.g. 0.25, 0.5), 1, or a whole "
+            "number of accelerators (2, 4, 8)",
+            "accelerators_per_copy",
+        )
+    if size.as_tuple().exponent < -3:  # type: ignore[operator]
+        raise ActionRefused("use at most three decimals", "accelerators_per_copy")
+    return size
+
+
+def parse_copies(raw: Any) -> int:
+    if isinstance(raw, bool) or not isinstance(raw, int | str):
+        raise ActionRefused("must be a whole number, 0 or more", "copies")
+    try:
+        copies = int(raw)
+    except ValueError:
+        raise ActionRefused("must be a whole number, 0 or more", "copies") from None
+    if copies < 0 or copies > 1000:
+        raise ActionRefused(f"{copies} is not allowed: use 0 to 1000", "copies")
+    return copies
+
+
+def parse_reply_wait(raw: Any) -> int | None:
+    if raw in (None, ""):
+        return None
+    try:
+        wait = int(raw)
+    except (TypeError, ValueError):
+        raise ActionRefused("must be a whole number of seconds", "reply_wait_s") from None
+    if not REPLY_WAIT_MIN_S <= wait <= REPLY_WAIT_MAX_S:
+        raise ActionRefused(
+            f"{wait} s is not allowed: use {REPLY_WAIT_MIN_S} to {REPLY_WAIT_MAX_S} seconds, "
+            "or leave it empty for the gateway's default",
+            "reply_wait_s",
+        )
+    return wait
+
+
+def check_name(name: Any) -> str:
+    if not isinstance(name, str) or not re.match(SLUG_PATTERN, name) or len(name) > 63:
+        raise ActionRefused(
+            "use lowercase letters, digits and dashes (at most 63), starting and ending with a "
+            "letter or digit, e.g. qwen3-8b",
+            "name",
+        )
+    if Deployment.objects.filter(name=name).exists():
+        raise ActionRefused(f"a deployment named {name} exists already; pick another name", "name")
+    return name
+
+
+def check_chat_name(chat_name: Any, deployment_name: str) -> str:
+    chat_name = (chat_name or "").strip()
+    if len(chat_name) > 100:
+        raise ActionRefused("use at most 100 characters", "chat_name")
+    clash = Deployment.objects.filter(name=chat_name).exclude(name=deployment_name)
+    if chat_name and clash.exclude(chat_name=chat_name).exists():
+        raise ActionRefused(
+            f"{chat_name} is the name of another deployment; pick another chat name", "chat_name"
+        )
+    return chat_name
+
+
+def checked_settings(settings: Any) -> dict[str, Any]:
+    try:
+        return validate_settings(settings or {})
+    except EngineSettingsError as error:
+        raise ActionRefused(f"{error.field}: {error.message}", "engine_settings") from None
+
+
+# --- the actions -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HostRequest:
+    """What Host needs; the wizard and the API both build one."""
+
+    team: Team
+    model: Model
+    variant: Variant
+    cluster: Cluster
+    name: str
+    copies: Any = 1
+    accelerators_per_copy: Any = 1
+    engine_settings: Any = None
+    chat_name: Any = ""
+    reply_wait_s: Any = None
+    revision: str = ""
+
+
+def host(actor: Any, request: HostRequest) -> Deployment:
+    """Record the deployment and start placing it; returns at once (REQUESTED)."""
+    name = check_name(request.name)
+    values = {
+        "copies_wanted": parse_copies(request.copies),
+        "accelerators_per_copy": parse_size(request.accelerators_per_copy),
+        "engine_settings": checked_settings(request.engine_settings),
+        "chat_name": check_chat_name(request.chat_name, name),
+        "reply_wait_s": parse_reply_wait(request.reply_wait_s),
+    }
+    if request.variant.model_id != request.model.pk:
+        raise ActionRefused(
+            f"{request.variant.name} is not a variant of {request.model}", "variant"
+        )
+    try:
+        with transaction.atomic():
+            deployment = Deployment.objects.create(
+                name=name,
+                team=request.team,
+                model=request.model,
+                variant=request.variant,
+                cluster=request.cluster,
+                revision=(request.revision or "").strip(),
+                engine=request.variant.engine,
+                created_by=actor if actor and actor.is_authenticated else None,
+                last_message="Accepted; placing the copies.",
+                **values,
+            )
+            record(
+                deployment,
+                actor,
+                f"Host {values['copies_wanted']} × {values['accelerators_per_copy']} "
+                f"on {request.cluster.name}",
+            )
+            lifecycle.enqueue("place_deployment", deployment.pk)
+    except (IntegrityError, ValidationError) as error:
+        raise ActionRefused(f"could not be saved: {error}") from None
+    return deployment
+
+
+def scale(
+    actor: Any, deployment: Deployment, copies: Any, accelerators_per_copy: Any = None
+) -> Deployment:
+    """Set how many copies run and (optionally) the size of each."""
+    wanted = parse_copies(copies)
+    size = (
+        deployment.accelerators_per_copy
+        if accelerators_per_copy in (None, "")
+        else parse_size(accelerators_per_copy)
+    )
+    if deployment.state not in DEPLOYMENT_CAN_SCALE | {D.REQUESTED}:
+        raise ActionRefused(
+            f"a {deployment.get_state_display().lower()} deployment cannot be scaled; "
+            "start it first"
+        )
+    with transaction.atomic():
+        locked = Deployment.objects.select_for_update().get(pk=deployment.pk)
+        new_size = size != locked.accelerators_per_copy
+        fields = {"copies_wanted": wanted, "accelerators_per_copy": size}
+        if new_size:
+            fields["generation"] = locked.generation + 1
+        Deployment.objects.filter(pk=locked.pk).update(**fields)
+        words = f"Scale to {wanted} cop{'y' if wanted == 1 else 'ies'}"
+        words += f" of {size} accelerator{'s' if size > 1 else ''} each" if new_size else ""
+        record(locked, actor, words)
+        lifecycle.enqueue("converge_deployment", locked.pk)
+    return Deployment.objects.get(pk=deployment.pk)
+
+
+def change_settings(actor: Any, deployment: Deployment, engine_settings: Any) -> Deployment:
+    """New engine settings: copies are replaced (new generation) the way a size change is."""
+    settings = checked_settings(engine_settings)
+    with transaction.atomic():
+        locked = Deployment.objects.select_for_update().get(pk=deployment.pk)
+        Deployment.objects.filter(pk=locked.pk).update(
+            engine_settings=settings, generation=locked.generation + 1
+        )
+        record(locked, actor, f"Change engine settings to {settings or 'the defaults'}")
+        if locked.state == D.FAILED:
+            transitions.move_deployment(
+                locked.pk, D.REQUESTED, message="Settings changed; trying again.", actor=actor
+            )
+        lifecycle.enqueue("converge_deployment", locked.pk)
+    return Deployment.objects.get(pk=deployment.pk)
+
+
+def offer_in_chat(actor: Any, deployment: Deployment, chat_name: Any) -> Deployment:
+    name = check_chat_name(chat_name, deployment.name)
+    with transaction.atomic():
+        Deployment.objects.filter(pk=deployment.pk).update(chat_name=name)
+        record(deployment, actor, f"Offer in chat as {name}" if name else "Stop offering in chat")
+    return Deployment.objects.get(pk=deployment.pk)
+
+
+def set_reply_wait(actor: Any, deployment: Deployment, seconds: Any) -> Deployment:
+    wait = parse_reply_wait(seconds)
+    with transaction.atomic():
+        Deployment.objects.filter(pk=deployment.pk).update(reply_wait_s=wait)
+        record(
+            deployment,
+            actor,
+            f"A reply must start within {wait} s" if wait else "Reply wait: the gateway's default",
+        )
+    return Deployment.objects.get(pk=deployment.pk)
+
+
+def stop(actor: Any, deployment: Deployment) -> Deployment:
+    """Take every copy off its machine; the settings are kept."""
+    if deployment.state in (D.STOPPING, D.STOPPED):
+        raise ActionRefused(f"it is already {deployment.get_state_display().lower()}")
+    with transaction.atomic():
+        record(deployment, actor, "Stop")
+        transitions.move_deployment(
+            deployment.pk, D.STOPPING, message="Stopping every copy.", actor=actor
+        )
+        for copy in deployment.copies.exclude(state__in=[CopyState.STOPPED, CopyState.STOPPING]):
+            lifecycle.stop_copy_soon(copy)
+        lifecycle.enqueue("refresh_deployment", deployment.pk)
+    return Deployment.objects.get(pk=deployment.pk)
+
+
+def start(actor: Any, deployment: Deployment) -> Deployment:
+    """Place and load a stopped deployment again."""
+    if deployment.state != D.STOPPED:
+        raise ActionRefused("only a stopped deployment can be started")
+    with transaction.atomic():
+        record(deployment, actor, "Start")
+        deployment.copies.filter(state=CopyState.STOPPED).delete()
+        transitions.move_deployment(
+            deployment.pk, D.REQUESTED, message="Starting: placing the copies.", actor=actor
+        )
+        lifecycle.enqueue("place_deployment", deployment.pk)
+    return Deployment.objects.get(pk=deployment.pk)
+
+
+def delete(actor: Any, deployment: Deployment) -> None:
+    """Stop it and remove it; the model stays on this server."""
+    with transaction.atomic():
+        Deployment.objects.filter(pk=deployment.pk).update(delete_when_stopped=True)
+        record(deployment, actor, "Delete")
+        if deployment.state == D.STOPPED:
+            Deployment.objects.filter(pk=deployment.pk).delete()
+            return
+        if deployment.state != D.STOPPING:
+            transitions.move_deployment(
+                deployment.pk, D.STOPPING, message="Deleting: stopping every copy.", actor=actor
+            )
+            for copy in deployment.copies.exclude(
+                state__in=[CopyState.STOPPED, CopyState.STOPPING]
+            ):
+                lifecycle.stop_copy_soon(copy)
+        lifecycle.enqueue("refresh_deployment", deployment.pk)
+
+
+def check_now(actor: Any, deployment: Deployment) -> Deployment:
+    """Look at it at once; a FAILED deployment starts over."""
+    with transaction.atomic():
+        record(deployment, actor, "Check now")
+        if deployment.state in (D.FAILED, D.MUST_REDOWNLOAD):
+            for copy in deployment.copies.filter(state=CopyState.FAILED):
+                transitions.copy_if(
+                    copy.pk,
+                    {CopyState.FAILED},
+                    CopyState.REQUESTED,
+                    message="Checked: trying again.",
+                    next_attempt_at=None,
+                )
+            transitions.move_deployment(
+                deployment.pk, D.REQUESTED, message="Checked: trying again.", actor=actor
+            )
+            lifecycle.enqueue("place_deployment", deployment.pk)
+        else:
+            lifecycle.enqueue("check_deployment", deployment.pk)
+    return Deployment.objects.get(pk=deployment.pk)

@@ -1,0 +1,243 @@
+"""From a Copy row to what a backend needs (a CopySpec, a CopyHandle), and the Celery-side
+steps that use them: prepare the files, launch the engine, stop it."""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from clusters.backends.base import BackendError, CopyHandle, CopySpec
+from clusters.backends.supervisor import free_port
+from clusters.models import Accelerator, ClusterKind
+from clusters.registry import backend_for
+from deployments import lifecycle, transitions
+from deployments.choices import CopyState as C
+from deployments.choices import DeploymentState as D
+from deployments.choices import ErrorCode
+from deployments.classify import Failure
+from deployments.engine.argv import LaunchFacts, llamacpp_argv, vllm_argv
+from deployments.models import Copy, Deployment, Reservation
+
+log = logging.getLogger(__name__)
+
+
+def handle_for(copy: Copy) -> CopyHandle:
+    return CopyHandle(
+        copy_id=copy.pk,
+        machine=copy.machine.name if copy.machine_id else "",
+        pid=copy.process_id,
+        port=copy.port,
+        pod_name=copy.pod_name,
+    )
+
+
+def placed_accelerators(copy: Copy) -> list[Accelerator]:
+    rows = Reservation.objects.filter(copy=copy).select_related("accelerator__parent")
+    return [r.accelerator for r in rows if r.accelerator is not None]
+
+
+def served_name(deployment: Deployment) -> str:
+    return deployment.name
+
+
+def tensor_parallel(deployment: Deployment) -> int:
+    size = deployment.accelerators_per_copy
+    return int(size) if size > 1 else 1
+
+
+def engine_argv(copy: Copy, port: int, api_key: str) -> list[str]:
+    deployment = copy.deployment
+    facts = LaunchFacts(
+        model=deployment.model.repo_id,
+        served_name=served_name(deployment),
+        port=port,
+        api_key=api_key,
+        gpu_memory_utilization=copy.gpu_memory_utilization or 0.8,
+        tensor_parallel=tensor_parallel(deployment),
+        revision=deployment.revision,
+    )
+    if deployment.variant.engine == "llamacpp":
+        return llamacpp_argv(deployment.engine_settings, facts, deployment.variant.gguf_file)
+    # The simulator backend runs the same `vllm serve …` argv with the engine simulator.
+    return vllm_argv(deployment.engine_settings, facts)
+
+
+def simulator_env(copy: Copy) -> dict[str, str]:
+    """The simulated hardware and model for the engine simulator (see clusters/simulator)."""
+    model = copy.deployment.model
+    facts = {
+        "num_hidden_layers": model.layers,
+        "num_attention_heads": model.attention_heads,
+        "num_key_value_heads": model.kv_heads,
+        "head_dim": model.head_dim,
+        "hidden_size": model.hidden_size,
+        "vocab_size": model.vocab_size,
+        "max_position_embeddings": model.max_context,
+        "weights_bytes": copy.deployment.variant.size_bytes,
+        "encoder_only": model.encoder_only,
+    }
+    env = {"BERTH_SIM_MODEL_JSON": json.dumps(facts)}
+    inventory = copy.deployment.cluster.simulated_inventory or {}
+    env.update({k: str(v) for k, v in (inventory.get("engine_env") or {}).items()})
+    per_deployment = (inventory.get("deployments") or {}).get(copy.deployment.name) or {}
+    env.update({k: str(v) for k, v in per_deployment.items()})
+    return env
+
+
+def spec_for(copy: Copy, port: int = 0, api_key: str = "") -> CopySpec:
+    gpus = placed_accelerators(copy)
+    deployment = copy.deployment
+    slices = [g for g in gpus if g.parent_id]
+    env: dict[str, Any] = {}
+    if deployment.cluster.kind == ClusterKind.SIMULATOR:
+        env = simulator_env(copy)
+    return CopySpec(
+        copy_id=copy.pk,
+        deployment_name=deployment.name,
+        ordinal=copy.ordinal,
+        argv=tuple(engine_argv(copy, port, api_key)) if port else (),
+        env=env,
+        machine=copy.machine.name if copy.machine_id else "",
+        gpu_indexes=tuple(sorted({(g.parent or g).index for g in gpus})),
+        mig_slice_uuid=slices[0].uuid if slices else "",
+        mig_profile=slices[0].mig_profile if slices else "",
+        memory_share=copy.gpu_memory_utilization or 0.0,
+        reserved_bytes=copy.allocated_bytes,
+        port=port,
+        model_path=str(deployment.model.repo_id),
+        model_bytes=deployment.variant.size_bytes,
+    )
+
+
+def load_copy(copy_id: int) -> Copy | None:
+    related = ("deployment__cluster", "deployment__model", "deployment__variant", "machine")
+    return Copy.objects.select_related(*related).filter(pk=copy_id).first()
+
+
+def prepare(copy_id: int) -> None:
+    """Put the model's files on the copy's machine, then launch (or MUST_REDOWNLOAD)."""
+    copy = load_copy(copy_id)
+    if copy is None or copy.state != C.COPYING_FILES:
+        return
+    backend = backend_for(copy.deployment.cluster)
+    try:
+        result = backend.prepare_files(spec_for(copy))
+    except BackendError as error:
+        lifecycle.fail_copy(copy, Failure(ErrorCode.RUNTIME_ERROR, False, str(error)))
+        return
+    if result.present:
+        launch(copy_id)
+        return
+    missing_files(copy, result.missing, result.message)
+
+
+def missing_files(copy: Copy, missing: tuple[str, ...], message: str) -> None:
+    words = message or f"Model files are missing on {copy.machine.name}: {', '.join(missing[:3])}"
+    with transaction.atomic():
+        transitions.copy_if(
+            copy.pk,
+            {C.COPYING_FILES},
+            C.FAILED,
+            message=words,
+            last_error_code=ErrorCode.MUST_REDOWNLOAD,
+            last_error_message=words,
+        )
+        lifecycle.release(copy)
+        deployment = Deployment.objects.get(pk=copy.deployment_id)
+        if deployment.state in lifecycle.PLACEABLE_DEPLOYMENTS:
+            transitions.move_deployment(
+                deployment.pk,
+                D.MUST_REDOWNLOAD,
+                message=words,
+                last_error_code=ErrorCode.MUST_REDOWNLOAD,
+                last_error_message=words,
+                last_error_at=timezone.now(),
+            )
+
+
+def engine_port(copy: Copy) -> int:
+    """Local engines each take a free port on 127.0.0.1; in a pod the engine has its own IP."""
+    if copy.deployment.cluster.kind == ClusterKind.KUBERNETES:
+        return 8000
+    return free_port()
+
+
+def neighbour_starting(copy: Copy) -> Copy | None:
+    """Another copy starting on one of this copy's GPUs (vLLM checks free memory at start)."""
+    gpu_ids = Reservation.objects.filter(copy=copy).values_list("accelerator_id", flat=True)
+    return (
+        Copy.objects.filter(state=C.STARTING, reservations__accelerator_id__in=list(gpu_ids))
+        .exclude(pk=copy.pk)
+        .first()
+    )
+
+
+def claim_for_launch(copy_id: int) -> tuple[Copy, str] | None:
+    """COPYING_FILES → STARTING with a port and a fresh engine key, unless a neighbour starts."""
+    with transaction.atomic():
+        copy = Copy.objects.select_for_update().filter(pk=copy_id, state=C.COPYING_FILES).first()
+        if copy is None:
+            return None
+        neighbour = neighbour_starting(copy)
+        if neighbour is not None:
+            Copy.objects.filter(pk=copy.pk).update(
+                pending_reason=f"Waits for copy {neighbour.ordinal} on the same GPU to start."
+            )
+            return None
+        copy = load_copy(copy_id)
+        assert copy is not None
+        api_key = secrets.token_urlsafe(24)
+        port = engine_port(copy)
+        copy.set_engine_api_key(api_key)
+        now = timezone.now()
+        transitions.move_copy(
+            copy.pk,
+            C.STARTING,
+            message=f"Starting the engine (attempt {copy.attempts + 1}).",
+            attempts=copy.attempts + 1,
+            port=port,
+            started_at=now,
+            startup_deadline=now + lifecycle.startup_deadline(copy),
+            pending_reason="",
+            engine_api_key_encrypted=copy.engine_api_key_encrypted,
+            log_cursor="",
+        )
+        return load_copy(copy_id), api_key  # type: ignore[return-value]
+
+
+def launch(copy_id: int) -> None:
+    claimed = claim_for_launch(copy_id)
+    if claimed is None:
+        return
+    copy, api_key = claimed
+    backend = backend_for(copy.deployment.cluster)
+    try:
+        handle = backend.launch(spec_for(copy, port=copy.port or 0, api_key=api_key))
+    except BackendError as error:
+        lifecycle.fail_copy(copy, Failure(ErrorCode.RUNTIME_ERROR, False, str(error)))
+        return
+    Copy.objects.filter(pk=copy.pk).update(
+        process_id=handle.pid, pod_name=handle.pod_name, port=handle.port or copy.port
+    )
+    lifecycle.refresh_state(copy.deployment_id)
+
+
+def stop(copy_id: int) -> None:
+    """Stop a copy's engine; the watcher sees it gone and gives its room back."""
+    copy = load_copy(copy_id)
+    if copy is None or copy.state != C.STOPPING:
+        return
+    if copy.process_id is None and not copy.pod_name:
+        lifecycle.observed_stopped(copy, "Stopped before its engine started.")
+        return
+    try:
+        backend_for(copy.deployment.cluster).stop(handle_for(copy))
+    except BackendError as error:
+        log.warning("stopping copy %s failed: %s", copy.pk, error)
+        return
+    lifecycle.observed_stopped(copy)

@@ -1,0 +1,381 @@
+"""How a deployment's copies go from placed to serving, and how its state follows them.
+
+Every function here is idempotent and takes ids: Celery tasks, the reconciler and the watcher
+call them, and running one twice (or after a dead worker) changes nothing more. States change
+only through transitions.py; this module decides which change is due.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Count, Q, Sum
+from django.utils import timezone
+
+from clusters.models import Cluster
+from deployments import transitions
+from deployments.choices import CopyState as C
+from deployments.choices import DeploymentState as D
+from deployments.choices import ErrorCode
+from deployments.classify import Failure
+from deployments.models import Copy, Deployment, Reservation
+from deployments.placing import release, reserve
+
+log = logging.getLogger(__name__)
+GIB = 2**30
+
+WAITING = frozenset({C.REQUESTED, C.PENDING})
+PLACEABLE_DEPLOYMENTS = frozenset(
+    {D.REQUESTED, D.DEPLOYING, D.INITIALIZING, D.DEPLOYED, D.DEGRADED, D.ERROR}
+)
+STOPPABLE_COPIES = frozenset({C.COPYING_FILES, C.STARTING, C.READY})
+
+
+def enqueue(task_name: str, *ids: int) -> None:
+    """Send a task once the current transaction commits (tasks carry ids only)."""
+    from deployments import tasks
+
+    task = getattr(tasks, task_name)
+    transaction.on_commit(lambda: task.delay(*ids))
+
+
+def enqueue_now(task_name: str, *ids: int) -> None:
+    """Send a task at once (outside any transaction)."""
+    from deployments import tasks
+
+    getattr(tasks, task_name).delay(*ids)
+
+
+# --- placing -----------------------------------------------------------------------------
+
+
+def ensure_copies(deployment: Deployment) -> None:
+    """Create Copy rows of the current generation up to the number wanted."""
+    current = deployment.copies.filter(generation=deployment.generation).exclude(
+        state__in=[C.STOPPING, C.STOPPED]
+    )
+    missing = deployment.copies_wanted - current.count()
+    if missing <= 0:
+        return
+    highest = deployment.copies.order_by("-ordinal").values_list("ordinal", flat=True).first()
+    start = 0 if highest is None else highest + 1
+    for ordinal in range(start, start + missing):
+        Copy.objects.create(
+            deployment=deployment, ordinal=ordinal, generation=deployment.generation
+        )
+
+
+def copies_without_room(deployment: Deployment) -> list[Copy]:
+    waiting = deployment.copies.filter(state__in=WAITING, generation=deployment.generation)
+    return list(waiting.annotate(held=Count("reservations")).filter(held=0).order_by("ordinal"))
+
+
+def who_holds_the_room(cluster: Cluster, besides: Deployment) -> str:
+    """'llama-70b holds 4 copies (318.60 GiB)', for a NoFit message."""
+    rows = (
+        Reservation.objects.filter(machine__cluster=cluster)
+        .exclude(copy__deployment=besides)
+        .values("copy__deployment__name")
+        .annotate(copies=Count("copy", distinct=True), held=Sum("reserved_bytes"))
+        .order_by("-held")[:3]
+    )
+    parts = [
+        f"{r['copy__deployment__name']} holds {plural(r['copies'], 'copy')} "
+        f"({r['held'] / GIB:.2f} GiB)"
+        for r in rows
+    ]
+    return "; ".join(parts)
+
+
+def place(deployment_id: int) -> None:
+    """Give room to the copies that wait for it; start those that got it."""
+    with transaction.atomic():
+        deployment = Deployment.objects.select_related("cluster", "model", "variant").get(
+            pk=deployment_id
+        )
+        Cluster.objects.select_for_update().get(pk=deployment.cluster_id)  # cluster lock first
+        deployment = Deployment.objects.select_for_update().get(pk=deployment_id)
+        if deployment.state not in PLACEABLE_DEPLOYMENTS:
+            return
+        ensure_copies(deployment)
+        waiting = copies_without_room(deployment)
+        if not waiting:
+            return
+        result = reserve(deployment, waiting)
+        record_notices(deployment, result.notices)
+        for copy, placed in zip(waiting, result.placed, strict=False):
+            where = f"{placed.machine} GPU {','.join(map(str, placed.accelerators))}"
+            where += f" (MIG {placed.slice})" if placed.slice else ""
+            transitions.move_copy(copy.pk, C.COPYING_FILES, message=f"Placed on {where}.")
+            enqueue("prepare_copy", copy.pk)
+        unplaced = waiting[len(result.placed) :]
+        for copy, reason in zip(unplaced, result.not_placed, strict=False):
+            wait_for_room(copy, reason.message)
+        if not result.placed and is_fresh(deployment):
+            fail_no_fit(
+                deployment, unplaced, result.not_placed[0].message if result.not_placed else ""
+            )
+            return
+    refresh_state(deployment_id)
+
+
+def is_fresh(deployment: Deployment) -> bool:
+    """True while none of its copies holds room or serves: Host fails fast on a NoFit then."""
+    holding = deployment.copies.filter(state__in=[C.COPYING_FILES, C.STARTING, C.READY])
+    return deployment.state == D.REQUESTED and not holding.exists()
+
+
+def wait_for_room(copy: Copy, reason: str) -> None:
+    if copy.state == C.PENDING:
+        Copy.objects.filter(pk=copy.pk).update(pending_reason=reason)
+    else:
+        transitions.move_copy(copy.pk, C.PENDING, message=reason, pending_reason=reason)
+
+
+def fail_no_fit(deployment: Deployment, copies: list[Copy], reason: str) -> None:
+    holders = who_holds_the_room(deployment.cluster, deployment)
+    message = reason + (f" Room is held by: {holders}." if holders else "")
+    for copy in copies:
+        transitions.copy_if(
+            copy.pk, WAITING, C.FAILED, message=message, last_error_code=ErrorCode.NO_FIT
+        )
+    transitions.move_deployment(
+        deployment.pk,
+        D.FAILED,
+        message=f"Does not fit: {message}",
+        last_error_code=ErrorCode.NO_FIT,
+        last_error_message=message,
+        last_error_at=timezone.now(),
+    )
+
+
+def record_notices(deployment: Deployment, notices: tuple[str, ...]) -> None:
+    wanted = sorted(set(notices) & {"SharingNotConfigured"})
+    if wanted != sorted(deployment.notices):
+        Deployment.objects.filter(pk=deployment.pk).update(notices=wanted)
+
+
+# --- failures and retries ---------------------------------------------------------------
+
+
+def backoff(attempts: int) -> timedelta:
+    """Exponential, capped: 5 s, 10 s, 20 s … at most BERTH_RETRY_MAX_S."""
+    base = settings.RETRY_BASE_S * 2 ** max(0, attempts - 1)
+    return timedelta(seconds=min(base, settings.RETRY_MAX_S))
+
+
+def fail_copy(copy: Copy, failure: Failure) -> None:
+    """A copy's engine stopped with a failure: retry later if it can pass, else not again."""
+    now = timezone.now()
+    retry_at = None if failure.permanent else now + backoff(copy.attempts)
+    moved = transitions.copy_if(
+        copy.pk,
+        {C.COPYING_FILES, C.STARTING, C.READY},
+        C.FAILED,
+        message=f"{failure.code}: {failure.line}",
+        last_error_code=failure.code,
+        last_error_message=failure.line,
+        last_error_at=now,
+        next_attempt_at=retry_at,
+        process_id=None,
+    )
+    if moved is None:
+        return
+    release(copy)
+    if failure.permanent:
+        Deployment.objects.filter(pk=copy.deployment_id).update(
+            last_error_code=failure.code,
+            last_error_message=failure.line + (f" — {failure.fix}" if failure.fix else ""),
+            last_error_at=now,
+        )
+    else:
+        Deployment.objects.filter(pk=copy.deployment_id).update(
+            last_error_code=failure.code, last_error_message=failure.line, last_error_at=now
+        )
+    refresh_state(copy.deployment_id)
+
+
+def retry_due(deployment_id: int) -> None:
+    """Copies whose next attempt is due wait for room again (placement runs next)."""
+    due = Copy.objects.filter(
+        deployment_id=deployment_id, state=C.FAILED, next_attempt_at__lte=timezone.now()
+    )
+    for copy in due:
+        transitions.copy_if(
+            copy.pk, {C.FAILED}, C.REQUESTED, message="Trying again.", next_attempt_at=None
+        )
+
+
+# --- the deployment's state follows its copies ----------------------------------------
+
+
+def copy_counts(deployment: Deployment) -> dict[str, int]:
+    rows = deployment.copies.values("state").annotate(n=Count("id"))
+    counts = {row["state"]: row["n"] for row in rows}
+    counts["failed_for_good"] = deployment.copies.filter(
+        state=C.FAILED, next_attempt_at__isnull=True
+    ).count()
+    return counts
+
+
+def plural(n: int, word: str) -> str:
+    if n == 1:
+        return f"1 {word}"
+    return f"{n} {word[:-1]}ies" if word.endswith("y") else f"{n} {word}s"
+
+
+def pending_reason(deployment: Deployment) -> str:
+    copy = deployment.copies.filter(state=C.PENDING).exclude(pending_reason="").first()
+    return copy.pending_reason if copy else ""
+
+
+def failure_reason(deployment: Deployment) -> str:
+    return deployment.last_error_message or deployment.last_error_code or "see the logs"
+
+
+def what_the_rest_do(deployment: Deployment, counts: dict[str, int]) -> str:
+    parts = []
+    starting = (
+        counts.get(C.STARTING, 0) + counts.get(C.COPYING_FILES, 0) + counts.get(C.REQUESTED, 0)
+    )
+    if counts.get(C.PENDING):
+        parts.append(f"{counts[C.PENDING]} waits for room: {pending_reason(deployment)}")
+    if starting:
+        parts.append(f"{starting} {'is' if starting == 1 else 'are'} starting")
+    failed = counts.get(C.FAILED, 0)
+    if failed:
+        parts.append(f"{failed} failed to start: {failure_reason(deployment)}")
+    return "; ".join(parts)
+
+
+def desired_state(deployment: Deployment) -> tuple[str, str]:
+    """The state and message that the copies call for now."""
+    counts = copy_counts(deployment)
+    wanted = deployment.copies_wanted
+    ready = min(counts.get(C.READY, 0), wanted)
+    rest = what_the_rest_do(deployment, counts)
+    if wanted == 0:
+        return D.DEPLOYED, "Scaled to 0 copies: nothing runs, the settings are kept."
+    if ready == wanted:
+        return D.DEPLOYED, "The copy serves." if wanted == 1 else f"All {wanted} copies serve."
+    if ready:
+        return D.DEGRADED, f"{ready} of {wanted} copies serve; {rest}."
+    if counts["failed_for_good"] and not counts.get(C.STARTING) and not counts.get(C.COPYING_FILES):
+        return D.FAILED, f"Failed to start, not tried again: {failure_reason(deployment)}"
+    if counts.get(C.STARTING):
+        return D.INITIALIZING, "The engine is loading the model; no copy serves yet."
+    if counts.get(C.COPYING_FILES):
+        return D.DEPLOYING, "Copying the model's files to the machines."
+    if counts.get(C.FAILED):
+        return D.ERROR, f"No copy serves; {rest}. It is tried again by itself."
+    if counts.get(C.PENDING):
+        return D.ERROR, f"No copy serves; {rest}."
+    return D.DEPLOYING, "Placing the copies."
+
+
+def refresh_state(deployment_id: int) -> None:
+    """Bring the deployment's state and message in line with its copies."""
+    deployment = Deployment.objects.filter(pk=deployment_id).first()
+    if deployment is None:
+        return
+    if deployment.state == D.STOPPING:
+        finish_stopping(deployment)
+        return
+    if deployment.state not in PLACEABLE_DEPLOYMENTS:
+        return
+    state, message = desired_state(deployment)
+    if state == deployment.state:
+        if message != deployment.last_message:
+            transitions.note(deployment.pk, message)
+        return
+    extra = {"last_error_code": "", "last_error_message": ""} if state == D.DEPLOYED else {}
+    transitions.move_deployment(deployment.pk, state, message=message, **extra)
+
+
+# --- stopping ----------------------------------------------------------------------------
+
+
+def stop_copy_soon(copy: Copy) -> None:
+    """Ask a copy to stop; its room is given back once it is observed stopped."""
+    if copy.state in WAITING or copy.state == C.FAILED:
+        transitions.move_copy(copy.pk, C.STOPPED, message="Stopped before it started.")
+        release(copy)
+        return
+    if copy.state in STOPPABLE_COPIES:
+        transitions.move_copy(copy.pk, C.STOPPING, message="Stopping.")
+        enqueue("stop_copy", copy.pk)
+
+
+def finish_stopping(deployment: Deployment) -> None:
+    if deployment.copies.exclude(state=C.STOPPED).exists():
+        return
+    transitions.move_deployment(deployment.pk, D.STOPPED, message="Stopped: no copy runs.")
+    if deployment.delete_when_stopped:
+        Deployment.objects.filter(pk=deployment.pk).delete()
+
+
+def observed_stopped(copy: Copy, message: str = "Stopped.") -> None:
+    moved = transitions.copy_if(copy.pk, {C.STOPPING}, C.STOPPED, message=message, process_id=None)
+    if moved is not None:
+        release(copy)
+        refresh_state(copy.deployment_id)
+
+
+def startup_deadline(copy: Copy) -> timedelta:
+    """Bigger models and unified-memory machines load slower, so they get longer."""
+    size_gib = copy.deployment.variant.size_bytes / GIB
+    seconds = settings.STARTUP_TIMEOUT_BASE_S + settings.STARTUP_TIMEOUT_PER_GIB_S * size_gib
+    if copy.machine is not None and copy.machine.unified_memory:
+        seconds *= 3
+    return timedelta(seconds=seconds)
+
+
+def stuck_copies(cluster_id: int) -> list[Copy]:
+    return list(
+        Copy.objects.filter(
+            deployment__cluster_id=cluster_id, state=C.STARTING, startup_deadline__lt=timezone.now()
+        ).select_related("deployment")
+    )
+
+
+def scale_down_extras(deployment: Deployment) -> None:
+    """Fewer copies wanted: stop the newest of the current generation."""
+    current = deployment.copies.filter(generation=deployment.generation).exclude(
+        state__in=[C.STOPPING, C.STOPPED]
+    )
+    extra = current.count() - deployment.copies_wanted
+    for copy in current.order_by("-ordinal")[: max(0, extra)]:
+        stop_copy_soon(copy)
+
+
+def replace_old_generation(deployment: Deployment) -> None:
+    """After a size change: stop old copies as new ones serve, or one at a time to make room."""
+    old = deployment.copies.filter(generation__lt=deployment.generation).exclude(
+        state__in=[C.STOPPING, C.STOPPED]
+    )
+    if not old.exists():
+        return
+    new = deployment.copies.filter(generation=deployment.generation)
+    ready_new = new.filter(state=C.READY).count()
+    surplus = old.count() + ready_new - deployment.copies_wanted
+    waiting_new = new.filter(state=C.PENDING).exists()
+    if surplus <= 0 and waiting_new and not old.filter(state=C.STOPPING).exists():
+        surplus = 1  # no room to start new copies beside the old: replace one at a time
+    for copy in old.order_by("-ordinal")[: max(0, surplus)]:
+        stop_copy_soon(copy)
+
+
+def counts_summary(deployment_id: int) -> dict[str, int]:
+    return dict(
+        Copy.objects.filter(deployment_id=deployment_id)
+        .values_list("state")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+
+
+def q_active_deployments() -> Q:
+    return Q(state__in=PLACEABLE_DEPLOYMENTS) | Q(state=D.STOPPING)

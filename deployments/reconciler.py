@@ -1,0 +1,105 @@
+"""The reconciler: every few seconds (Celery beat), converge what is wanted with what runs.
+
+It starts copies that wait for room (first come, first served), retries what is due, reaps
+copies stuck past their deadline, gives back room held by copies that no longer run, and
+re-dispatches work a dead worker left behind.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from django.db.models import Q
+from django.utils import timezone
+
+from deployments import launching, lifecycle
+from deployments.choices import CopyState as C
+from deployments.choices import ErrorCode
+from deployments.classify import Failure
+from deployments.models import Copy, Deployment, Reservation
+
+log = logging.getLogger(__name__)
+# A copy claimed by a worker that shows no progress for this long is dispatched again.
+ABANDONED_AFTER = timedelta(seconds=60)
+
+
+def converge(deployment_id: int) -> None:
+    """Bring one deployment toward what is wanted: more, fewer or new-size copies, retries."""
+    deployment = Deployment.objects.filter(pk=deployment_id).first()
+    if deployment is None or deployment.state not in lifecycle.PLACEABLE_DEPLOYMENTS:
+        if deployment is not None:
+            lifecycle.refresh_state(deployment.pk)
+        return
+    lifecycle.scale_down_extras(deployment)
+    lifecycle.replace_old_generation(deployment)
+    lifecycle.retry_due(deployment.pk)
+    if needs_placing(deployment):
+        lifecycle.place(deployment.pk)
+    redispatch_abandoned(deployment)
+    lifecycle.refresh_state(deployment.pk)
+
+
+def redispatch_abandoned(deployment: Deployment) -> None:
+    """Copies whose worker died mid-step, or that waited for a neighbour to start, go again."""
+    quiet_since = timezone.now() - ABANDONED_AFTER
+    copying = deployment.copies.filter(state=C.COPYING_FILES)
+    for copy in copying.filter(Q(state_changed_at__lt=quiet_since) | ~Q(pending_reason="")):
+        lifecycle.enqueue("prepare_copy", copy.pk)
+    for copy in deployment.copies.filter(state=C.STOPPING, state_changed_at__lt=quiet_since):
+        lifecycle.enqueue("stop_copy", copy.pk)
+
+
+def needs_placing(deployment: Deployment) -> bool:
+    live = deployment.copies.filter(generation=deployment.generation).exclude(
+        state__in=[C.STOPPING, C.STOPPED]
+    )
+    return (
+        live.count() < deployment.copies_wanted or live.filter(state__in=lifecycle.WAITING).exists()
+    )
+
+
+def reap_stuck() -> None:
+    """Copies still starting past their deadline: stop them and say STARTUP_TIMEOUT."""
+    stuck = Copy.objects.filter(state=C.STARTING, startup_deadline__lt=timezone.now())
+    for copy in stuck.select_related("deployment__cluster", "machine"):
+        seconds = (
+            (copy.startup_deadline - copy.started_at).total_seconds() if copy.started_at else 0
+        )
+        failure = Failure(
+            ErrorCode.STARTUP_TIMEOUT,
+            False,
+            f"The engine did not become ready within {seconds:.0f} s.",
+            "Try a smaller model or context, or raise BERTH_STARTUP_TIMEOUT_BASE_S.",
+        )
+        try:
+            launching.backend_for(copy.deployment.cluster).stop(launching.handle_for(copy))
+        except Exception:  # the stop is best effort: the copy is failed either way
+            log.exception("stopping stuck copy %s", copy.pk)
+        lifecycle.fail_copy(copy, failure)
+
+
+def release_orphaned_reservations() -> int:
+    """Room held by copies that no longer run (stopped, or failed with no process)."""
+    orphaned = Reservation.objects.filter(copy__state__in=[C.STOPPED, C.FAILED, C.PENDING])
+    deleted, _ = orphaned.delete()
+    return deleted
+
+
+def check(deployment_id: int) -> None:
+    """Check now: converge at once and note when it was checked."""
+    converge(deployment_id)
+    Deployment.objects.filter(pk=deployment_id).update(last_checked_at=timezone.now())
+
+
+def reconcile_all() -> None:
+    reap_stuck()
+    release_orphaned_reservations()
+    active = Deployment.objects.filter(lifecycle.q_active_deployments()).order_by(
+        "created_at", "pk"
+    )
+    for deployment_id in active.values_list("pk", flat=True):
+        try:
+            converge(deployment_id)
+        except Exception:  # one broken deployment must not stop the others converging
+            log.exception("converging deployment %s", deployment_id)

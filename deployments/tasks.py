@@ -1,0 +1,52 @@
+"""Celery tasks: thin, carrying ids only, idempotent and acknowledged late.
+
+The database row is the truth; a task that runs twice, or after a dead worker, finds the work
+done (or claimed) and changes nothing. Retries are not Celery countdowns: a copy's
+next_attempt_at is picked up by the reconciler.
+"""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from deployments import launching, lifecycle, reconciler
+
+
+@shared_task(acks_late=True)
+def place_deployment(deployment_id: int) -> None:
+    lifecycle.place(deployment_id)
+
+
+@shared_task(acks_late=True)
+def prepare_copy(copy_id: int) -> None:
+    launching.prepare(copy_id)
+
+
+@shared_task(acks_late=True)
+def launch_copy(copy_id: int) -> None:
+    launching.launch(copy_id)
+
+
+@shared_task(acks_late=True)
+def stop_copy(copy_id: int) -> None:
+    launching.stop(copy_id)
+
+
+@shared_task(acks_late=True)
+def refresh_deployment(deployment_id: int) -> None:
+    lifecycle.refresh_state(deployment_id)
+
+
+@shared_task(acks_late=True)
+def converge_deployment(deployment_id: int) -> None:
+    reconciler.converge(deployment_id)
+
+
+@shared_task(acks_late=True)
+def check_deployment(deployment_id: int) -> None:
+    reconciler.check(deployment_id)
+
+
+@shared_task(acks_late=True)
+def reconcile() -> None:
+    reconciler.reconcile_all()
