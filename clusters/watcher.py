@@ -14,10 +14,10 @@ import logging
 from datetime import timedelta
 
 import psycopg
-from psycopg.conninfo import make_conninfo
 from django.conf import settings
 from django.db import close_old_connections, connection
 from django.utils import timezone
+from psycopg.conninfo import make_conninfo
 
 from clusters.backends.base import Observation
 from clusters.models import Cluster

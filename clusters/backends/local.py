@@ -1,0 +1,439 @@
+"""What the standalone and simulator backends share: engines run as local processes.
+
+Each copy gets a folder ``STATE_DIR/copies/COPY_ID/`` holding its log (``engine.log``), the
+exit status its wrapper writes (``exit``) and a record of the launch (``process.json``: pid,
+port, machine, GPUs, start time; never the API key). A new backend instance given the same
+state folder finds all of it again from a CopyHandle, so restarting the console never loses a
+copy (DESIGN §6). Engines listen on 127.0.0.1 only.
+
+Standard library only (prometheus_client is imported when metrics are read), so that the
+standalone backend runs with nothing but nvidia-ml-py installed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from clusters.backends import supervisor
+from clusters.backends.base import (
+    BackendError,
+    CopyHandle,
+    CopySpec,
+    LogRecord,
+    MetricSample,
+    Observation,
+)
+from clusters.backends.logparse import LineState, parse_lines, root_cause_line
+
+GIB = 1 << 30
+ENGINE_HOST = "127.0.0.1"
+# A copy on a GPU with this share or more has the GPU to itself; below, it shares the GPU and
+# must find its bytes free before it starts (vLLM refuses to start otherwise).
+WHOLE_GPU_SHARE = 0.9
+# What an engine inherits from the console's environment: enough to run, and no secrets (the
+# console's own database URL and keys stay out of every engine).
+PASSED_THROUGH = (
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "TZ",
+    "TMPDIR",
+    "VIRTUAL_ENV",
+    "LD_LIBRARY_PATH",
+    "CUDA_HOME",
+    "HF_HOME",
+    "HF_HUB_CACHE",
+    "HF_HUB_OFFLINE",
+    "XDG_CACHE_HOME",
+)
+# HTTP to the engines never goes through a proxy the console's environment may name.
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+class WaitForRoom(BackendError):
+    """The copy's GPU has too little free memory now; it waits, and is retried, until it has."""
+
+
+# ---------------------------------------------------------------- checks before a launch
+
+
+def flag_value(argv: Sequence[str], flag: str) -> str | None:
+    """The value of ``--flag VALUE`` or ``--flag=VALUE`` (the last one wins, as in argparse)."""
+    found = None
+    for position, arg in enumerate(argv):
+        if arg == flag and position + 1 < len(argv):
+            found = argv[position + 1]
+        elif arg.startswith(flag + "="):
+            found = arg.split("=", 1)[1]
+    return found
+
+
+def engine_port(argv: Sequence[str], spec_port: int) -> int:
+    """The port the engine will listen on: the argv's ``--port``, which must match the spec's."""
+    text = flag_value(argv, "--port")
+    if text is None:
+        if not spec_port:
+            raise BackendError("the engine's command line gives no --port")
+        return spec_port
+    try:
+        port = int(text)
+    except ValueError as error:
+        raise BackendError(f"--port {text!r} is not a number") from error
+    if spec_port and port != spec_port:
+        raise BackendError(f"the command line says --port {port} but the copy has port {spec_port}")
+    if not 0 < port < 65536:
+        raise BackendError(f"--port {port} is not a port an engine can listen on")
+    return port
+
+
+def check_engine_argv(argv: Sequence[str]) -> None:
+    """An argument list (never a shell string) for an engine that listens on 127.0.0.1 only."""
+    try:
+        supervisor.check_argv(argv)
+    except supervisor.SupervisorError as error:
+        raise BackendError(str(error)) from error
+    host = flag_value(argv, "--host")
+    if host != ENGINE_HOST:
+        shown = "no --host (all interfaces)" if host is None else f"--host {host}"
+        raise BackendError(f"engines listen on {ENGINE_HOST} only; the command line has {shown}")
+
+
+def shares_its_gpu(spec: CopySpec) -> bool:
+    return (
+        bool(spec.gpu_indexes) and not spec.mig_slice_uuid and spec.memory_share < WHOLE_GPU_SHARE
+    )
+
+
+def check_room(spec: CopySpec, free_bytes_of: Callable[[int], int | None]) -> None:
+    """Before a launch on a shared GPU: each of its GPUs must have the copy's bytes free.
+
+    spec.reserved_bytes is what the copy holds on each of its GPUs (one reservation per GPU).
+    A GPU whose free memory cannot be read is not held against the copy: vLLM checks it again.
+    """
+    if not shares_its_gpu(spec):
+        return
+    for index in spec.gpu_indexes:
+        free = free_bytes_of(index)
+        if free is not None and free < spec.reserved_bytes:
+            raise WaitForRoom(
+                f"{free / GIB:.1f} GiB free on GPU {index}, the copy needs "
+                f"{spec.reserved_bytes / GIB:.1f} GiB; it waits until memory frees up"
+            )
+
+
+def cuda_visible_devices(spec: CopySpec) -> str | None:
+    """The GPUs the engine may see: its MIG slice by UUID, or its GPUs by index."""
+    if spec.mig_slice_uuid:
+        return spec.mig_slice_uuid
+    if spec.gpu_indexes:
+        return ",".join(str(index) for index in spec.gpu_indexes)
+    return None
+
+
+def engine_environment(
+    spec_env: Mapping[str, str], visible: str | None, base: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """A small inherited environment, then the copy's own variables, then its GPUs."""
+    base = os.environ if base is None else base
+    env = {name: base[name] for name in PASSED_THROUGH if name in base}
+    env.update({name: value for name, value in base.items() if name.startswith("LC_")})
+    env["PYTHONUNBUFFERED"] = "1"  # vLLM logs through Python: lines reach the file at once
+    env.update(spec_env)
+    if visible is not None:
+        # NVML numbers GPUs by PCI bus; CUDA's default order is "fastest first". Same order here.
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        env["CUDA_VISIBLE_DEVICES"] = visible
+    return env
+
+
+def redact_argv(argv: Sequence[str]) -> list[str]:
+    """The command line without the API key, for records on disk."""
+    shown, hide_next = [], False
+    for arg in argv:
+        if hide_next:
+            shown.append("[redacted]")
+            hide_next = False
+        elif arg == "--api-key":
+            shown.append(arg)
+            hide_next = True
+        elif arg.startswith("--api-key="):
+            shown.append("--api-key=[redacted]")
+        else:
+            shown.append(arg)
+    return shown
+
+
+# ---------------------------------------------------------------- talking to an engine
+
+
+def http_get(url: str, timeout_s: float) -> tuple[int, bytes]:
+    """Status and body of a GET; raises OSError (URLError) when nothing answers."""
+    try:
+        with _DIRECT.open(url, timeout=timeout_s) as response:
+            return int(response.status), response.read()
+    except urllib.error.HTTPError as error:
+        return int(error.code), b""
+
+
+def probe_health(port: int, timeout_s: float) -> tuple[str, str]:
+    """("ready" | "starting" | "unhealthy", why). vLLM binds its port only once the engine is
+    up, so a refused connection while the process lives means it is still starting; a 503 means
+    its engine core died (reference/vllm.md §3.5)."""
+    try:
+        status, _ = http_get(f"http://{ENGINE_HOST}:{port}/health", timeout_s)
+    except (OSError, ValueError):
+        return "starting", "the engine is starting (its port does not answer yet)"
+    if status == 200:
+        return "ready", "the engine answers /health"
+    return "unhealthy", f"the engine answers /health with {status}"
+
+
+def parse_metrics(body: str) -> list[MetricSample]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return [
+        MetricSample(sample.name, dict(sample.labels), float(sample.value))
+        for family in text_string_to_metric_families(body)
+        for sample in family.samples
+    ]
+
+
+# ---------------------------------------------------------------- the backend
+
+
+@dataclass
+class LogCursor:
+    """Where the last read of a copy's log stopped, so the next one parses only new lines."""
+
+    started_at: str
+    offset: int
+    state: LineState
+
+
+class LocalProcessBackend:
+    """Launch, observe, read, scrape and stop engines that run as processes on this machine."""
+
+    def __init__(
+        self,
+        state_dir: str | Path,
+        machine_name: str,
+        *,
+        stop_timeout_s: float = 10.0,
+        http_timeout_s: float = 1.0,
+    ) -> None:
+        self.state_dir = Path(state_dir)
+        self.machine_name = machine_name
+        self.stop_timeout_s = stop_timeout_s
+        self.http_timeout_s = http_timeout_s
+        self._cursors: dict[int, LogCursor] = {}
+
+    # -------------------------------------------------------- where a copy's files are
+
+    def copy_dir(self, copy_id: int) -> Path:
+        return self.state_dir / "copies" / str(copy_id)
+
+    def log_path(self, copy_id: int) -> Path:
+        return self.copy_dir(copy_id) / "engine.log"
+
+    def exit_path(self, copy_id: int) -> Path:
+        return self.copy_dir(copy_id) / "exit"
+
+    def record_path(self, copy_id: int) -> Path:
+        return self.copy_dir(copy_id) / "process.json"
+
+    def read_record(self, copy_id: int) -> dict[str, Any]:
+        try:
+            return dict(json.loads(self.record_path(copy_id).read_text()))
+        except (OSError, ValueError):
+            return {}
+
+    def _write_record(self, copy_id: int, record: Mapping[str, Any]) -> None:
+        path = self.record_path(copy_id)
+        temporary = path.with_name(path.name + ".tmp")
+        temporary.write_text(json.dumps(record, indent=2))
+        os.replace(temporary, path)
+
+    def _marker(self, copy_id: int) -> str:
+        return str(self.exit_path(copy_id))
+
+    def is_running(self, handle: CopyHandle) -> bool:
+        return supervisor.is_alive(handle.pid, self._marker(handle.copy_id))
+
+    def live_records(self) -> list[dict[str, Any]]:
+        """The records of every copy whose engine runs now (for memory accounting)."""
+        records = []
+        for folder in sorted((self.state_dir / "copies").glob("*")):
+            if not folder.name.isdigit():
+                continue
+            record = self.read_record(int(folder.name))
+            handle = CopyHandle(int(folder.name), pid=record.get("pid"))
+            if record and self.is_running(handle):
+                records.append(record)
+        return records
+
+    # -------------------------------------------------------- launch
+
+    def running_handle(self, spec: CopySpec) -> CopyHandle | None:
+        """The copy's engine if it already runs: a repeated launch returns it (idempotent)."""
+        record = self.read_record(spec.copy_id)
+        handle = CopyHandle(
+            spec.copy_id, machine=record.get("machine", ""), pid=record.get("pid"),
+            port=record.get("port"),
+        )  # fmt: skip
+        return handle if record and self.is_running(handle) else None
+
+    def start_engine(
+        self,
+        spec: CopySpec,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        *,
+        cwd: Path | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> CopyHandle:
+        """Start the engine under the supervisor and write the copy's record."""
+        port = engine_port(argv, spec.port)
+        folder = self.copy_dir(spec.copy_id)
+        folder.mkdir(parents=True, exist_ok=True)
+        self.log_path(spec.copy_id).write_bytes(b"")  # each launch has its own log
+        self._cursors.pop(spec.copy_id, None)
+        started_at = datetime.now().astimezone()
+        try:
+            pid = supervisor.start(
+                argv,
+                cwd=cwd or folder,
+                env=env,
+                log_path=self.log_path(spec.copy_id),
+                exit_path=self.exit_path(spec.copy_id),
+            )
+        except supervisor.SupervisorError as error:
+            raise BackendError(str(error)) from error
+        machine = spec.machine or self.machine_name
+        record = {
+            "copy_id": spec.copy_id,
+            "pid": pid,
+            "port": port,
+            "machine": machine,
+            "started_at": started_at.isoformat(),
+            "argv": redact_argv(argv),
+            **(extra or {}),
+        }
+        self._write_record(spec.copy_id, record)
+        return CopyHandle(spec.copy_id, machine=machine, pid=pid, port=port)
+
+    # -------------------------------------------------------- observe
+
+    def observe(self, handles: Sequence[CopyHandle]) -> list[Observation]:
+        return [self.observe_one(handle) for handle in handles]
+
+    def observe_one(self, handle: CopyHandle) -> Observation:
+        record = self.read_record(handle.copy_id)
+        seen = {
+            "pid": handle.pid,
+            "port": handle.port,
+            "gpu_uuids": tuple(record.get("gpu_uuids", ())),
+        }
+        if not handle.pid:
+            return Observation(handle.copy_id, "gone", message="the copy has no process", **seen)
+        if self.is_running(handle):
+            return self._observe_running(handle, seen)
+        code = supervisor.exit_code(handle.pid, self.exit_path(handle.copy_id))
+        if code is None:
+            message = (
+                f"process {handle.pid} is gone and left no exit status "
+                "(killed from outside, or the machine restarted)"
+            )
+            return Observation(handle.copy_id, "gone", message=message, **seen)
+        return Observation(
+            handle.copy_id,
+            "exited",
+            exit_code=code,
+            reason="Completed" if code == 0 else "Error",
+            message=self._exit_message(handle.copy_id, code),
+            **seen,
+        )
+
+    def _observe_running(self, handle: CopyHandle, seen: dict[str, Any]) -> Observation:
+        if not handle.port:
+            return Observation(handle.copy_id, "starting", message="no port to ask", **seen)
+        health, message = probe_health(handle.port, self.http_timeout_s)
+        # Not ready and not dead yet: "starting"; an unhealthy engine says so in the reason.
+        status = "ready" if health == "ready" else "starting"
+        reason = "Unhealthy" if health == "unhealthy" else ""
+        return Observation(handle.copy_id, status, reason=reason, message=message, **seen)
+
+    def _exit_message(self, copy_id: int, code: int) -> str:
+        how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        cause = root_cause_line(supervisor.read_tail(self.log_path(copy_id)))
+        return f"the engine {how}: {cause}" if cause else f"the engine {how}"
+
+    # -------------------------------------------------------- logs
+
+    def logs(self, handle: CopyHandle, since: datetime | None) -> list[LogRecord]:
+        """Lines the engine printed after `since` (all of them when None), oldest first."""
+        cursor = self._cursor_for(handle.copy_id, since)
+        lines, offset = supervisor.read_log(self.log_path(handle.copy_id), cursor.offset)
+        if offset < cursor.offset:  # the log was started afresh under us: read it all
+            cursor = self._fresh_cursor(handle.copy_id)
+            lines, offset = supervisor.read_log(self.log_path(handle.copy_id), 0)
+        parsed, state = parse_lines(lines, cursor.state)
+        self._cursors[handle.copy_id] = LogCursor(cursor.started_at, offset, state)
+        machine = handle.machine or self.machine_name
+        return [
+            LogRecord(handle.copy_id, "engine", line.level, line.at, line.text, machine)
+            for line in parsed
+            if since is None or line.at > since
+        ]
+
+    def _fresh_cursor(self, copy_id: int) -> LogCursor:
+        started_at = self.read_record(copy_id).get("started_at", "")
+        try:
+            first = datetime.fromisoformat(started_at)
+        except ValueError:
+            first = datetime.now().astimezone()
+        return LogCursor(started_at, 0, LineState(last_at=first))
+
+    def _cursor_for(self, copy_id: int, since: datetime | None) -> LogCursor:
+        """Continue where the last read stopped when `since` is at or after it; else reparse."""
+        cursor = self._cursors.get(copy_id)
+        fresh = self._fresh_cursor(copy_id)
+        if cursor is None or since is None or cursor.started_at != fresh.started_at:
+            return fresh
+        return cursor if since >= cursor.state.last_at else fresh
+
+    # -------------------------------------------------------- metrics
+
+    def metrics(self, handle: CopyHandle) -> list[MetricSample]:
+        """The engine's /metrics, parsed; nothing when it does not answer."""
+        if not handle.port:
+            return []
+        try:
+            status, body = http_get(f"http://{ENGINE_HOST}:{handle.port}/metrics", 2.0)
+        except (OSError, ValueError):
+            return []
+        if status != 200:
+            return []
+        try:
+            return parse_metrics(body.decode("utf-8", errors="replace"))
+        except ValueError:
+            return []
+
+    # -------------------------------------------------------- stop
+
+    def stop(self, handle: CopyHandle) -> None:
+        """SIGTERM to the copy's process group, SIGKILL after stop_timeout_s; none left after."""
+        if not handle.pid:
+            return
+        supervisor.stop(
+            handle.pid, exit_path=self.exit_path(handle.copy_id), timeout_s=self.stop_timeout_s
+        )

@@ -1,0 +1,160 @@
+"""The console's background processes, started for real against the test database: a Celery
+worker, Celery beat and the watcher (as `make run` starts them, with shorter intervals)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import redis
+from django.conf import settings
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_database_url() -> str:
+    s = connection.settings_dict
+    return f"postgresql://{s['USER']}:{s['PASSWORD']}@{s['HOST']}:{s['PORT']}/{s['NAME']}"
+
+
+def process_env(state_dir: Path, **extra: str) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "DATABASE_URL": test_database_url(),
+        "BERTH_STATE_DIR": str(state_dir),
+        "BERTH_RECONCILE_EVERY_S": "1",
+        "BERTH_WATCH_EVERY_S": "0.3",
+        "BERTH_RETRY_BASE_S": "1",
+        "BERTH_RETRY_MAX_S": "4",
+        "PYTHONUNBUFFERED": "1",
+    }
+    env.update(extra)
+    return env
+
+
+COMMANDS = {
+    "worker": [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "console",
+        "worker",
+        "--loglevel",
+        "INFO",
+        "--concurrency",
+        "2",
+        "--without-gossip",
+        "--without-mingle",
+        "--queues",
+    ],
+    "beat": [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "console",
+        "beat",
+        "--loglevel",
+        "INFO",
+        "--schedule",
+    ],
+    "watcher": [sys.executable, "manage.py", "watch"],
+}
+
+
+class ConsoleProcesses:
+    """Start, kill and restart the background processes; their output goes to files."""
+
+    def __init__(self, state_dir: Path, env: dict[str, str]) -> None:
+        self.state_dir = state_dir
+        self.env = env
+        self.running: dict[str, subprocess.Popen[bytes]] = {}
+
+    def argv(self, name: str) -> list[str]:
+        if name == "worker":
+            return COMMANDS[name] + [settings.CELERY_TASK_DEFAULT_QUEUE]
+        if name == "beat":
+            return COMMANDS[name] + [str(self.state_dir / "beat-schedule")]
+        return COMMANDS[name]
+
+    def start(self, name: str) -> None:
+        log = open(self.state_dir / f"{name}.log", "ab")  # noqa: SIM115 - kept open for the child
+        self.running[name] = subprocess.Popen(
+            self.argv(name),
+            cwd=ROOT,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def kill(self, name: str, signum: int = signal.SIGKILL) -> None:
+        process = self.running.pop(name)
+        try:
+            os.killpg(process.pid, signum)
+        except ProcessLookupError:
+            pass
+        process.wait(timeout=30)
+
+    def stop_all(self) -> None:
+        for name in list(self.running):
+            self.kill(name, signal.SIGTERM)
+
+    def log(self, name: str) -> str:
+        return (self.state_dir / f"{name}.log").read_text(errors="replace")
+
+
+def purge_queue() -> None:
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    client.delete(settings.CELERY_TASK_DEFAULT_QUEUE)
+    client.delete("unacked", "unacked_index")
+
+
+def kill_engines(state_dir: Path) -> None:
+    """Stop every engine process the test started (found by the records under its state dir)."""
+    from deployments.models import Copy
+
+    for pid in Copy.objects.exclude(process_id=None).values_list("process_id", flat=True):
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    # Engines run under the supervisor wrapper, whose argv names files under the state dir.
+    subprocess.run(["pkill", "-9", "-f", str(state_dir)], check=False)
+
+
+@contextmanager
+def console_processes(state_dir: Path, **extra: str) -> Iterator[ConsoleProcesses]:
+    purge_queue()
+    processes = ConsoleProcesses(state_dir, process_env(state_dir, **extra))
+    for name in ("worker", "beat", "watcher"):
+        processes.start(name)
+    try:
+        yield processes
+    finally:
+        processes.stop_all()
+        kill_engines(state_dir)
+
+
+def wait_for(
+    condition: Callable[[], object],
+    timeout: float = 60,
+    every: float = 0.2,
+    what: str = "the condition",
+) -> object:
+    """Poll until `condition()` is truthy; fail with `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = condition()
+        if result:
+            return result
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
