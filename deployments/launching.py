@@ -12,6 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from clusters.backends.base import BackendError, CopyHandle, CopySpec
+from clusters.backends.local import WaitForRoom
 from clusters.backends.supervisor import free_port
 from clusters.models import Accelerator, ClusterKind
 from clusters.registry import backend_for
@@ -218,6 +219,15 @@ def launch(copy_id: int) -> None:
     backend = backend_for(copy.deployment.cluster)
     try:
         handle = backend.launch(spec_for(copy, port=copy.port or 0, api_key=api_key))
+    except WaitForRoom as waiting:
+        # Memory that placement counted as free is still held (by something outside Berth):
+        # give the room back and wait for it, rather than fail.
+        transitions.copy_if(
+            copy.pk, {C.STARTING}, C.PENDING, message=str(waiting), pending_reason=str(waiting)
+        )
+        lifecycle.release(copy)
+        lifecycle.refresh_state(copy.deployment_id)
+        return
     except BackendError as error:
         lifecycle.fail_copy(copy, Failure(ErrorCode.RUNTIME_ERROR, False, str(error)))
         return

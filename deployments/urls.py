@@ -5,4 +5,9 @@ from deployments import views
 urlpatterns = [
     path("", views.deployment_list, name="deployment_list"),
     path("<int:pk>/", views.deployment_detail, name="deployment_detail"),
+    path("<int:pk>/scale/", views.scale, name="deployment_scale"),
+    path("<int:pk>/stop/", views.stop, name="deployment_stop"),
+    path("<int:pk>/start/", views.start, name="deployment_start"),
+    path("<int:pk>/delete/", views.delete, name="deployment_delete"),
+    path("<int:pk>/check/", views.check_now, name="deployment_check_now"),
 ]

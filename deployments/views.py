@@ -1,24 +1,108 @@
-"""Deployment pages (the list and a deployment's page); the lifecycle issue adds the actions."""
+"""Deployment pages: the list, a deployment's page, and the operator's actions as plain forms."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+from django.contrib import messages
+from django.db.models import Count, Q
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
 
 from console.access import NEEDS_OPERATE, get_deployment, has_role, visible_deployments
+from deployments import actions
+from deployments.choices import CopyState
+from deployments.models import Deployment, Reservation
 
 
 def deployment_list(request: HttpRequest) -> HttpResponse:
-    deployments = visible_deployments(request.user).order_by("name")
-    return render(request, "deployments/list.html", {"deployments": deployments})
+    deployments = visible_deployments(request.user).annotate(
+        copies_ready=Count("copies", filter=Q(copies__state=CopyState.READY))
+    )
+    return render(request, "deployments/list.html", {"deployments": deployments.order_by("name")})
+
+
+def copies_with_placement(deployment: Deployment) -> list[Any]:
+    copies = list(deployment.copies.select_related("machine").order_by("ordinal"))
+    held = Reservation.objects.filter(copy__deployment=deployment).select_related(
+        "accelerator__parent"
+    )
+    by_copy: dict[int, list[str]] = {}
+    for row in held:
+        gpu = row.accelerator
+        if gpu is not None:
+            where = (
+                f"{gpu.parent.index} (MIG {gpu.mig_profile})" if gpu.parent_id else str(gpu.index)
+            )
+            by_copy.setdefault(row.copy_id, []).append(where)
+    for copy in copies:
+        copy.gpus = ", ".join(by_copy.get(copy.pk, [])) or "—"
+    return copies
 
 
 def deployment_detail(request: HttpRequest, pk: int) -> HttpResponse:
     deployment = get_deployment(request.user, pk)
     context = {
         "deployment": deployment,
-        "copies": deployment.copies.select_related("machine").order_by("ordinal"),
+        "copies": copies_with_placement(deployment),
+        "copies_ready": deployment.copies.filter(state=CopyState.READY).count(),
         "events": deployment.events.select_related("actor")[:50],
         "can_operate": has_role(request.user, deployment.team_id, NEEDS_OPERATE),
     }
     return render(request, "deployments/detail.html", context)
+
+
+def operate(
+    request: HttpRequest, pk: int, act: Callable[[Deployment], Any], done: str
+) -> HttpResponse:
+    """Run one action as the user (operators only) and say what happened."""
+    deployment = get_deployment(request.user, pk, NEEDS_OPERATE)
+    try:
+        act(deployment)
+    except actions.ActionRefused as refused:
+        field = f"{refused.field.replace('_', ' ')}: " if refused.field else ""
+        messages.error(request, f"Not done: {field}{refused.message}.")
+        return redirect("deployment_detail", pk=pk)
+    messages.success(request, done)
+    if not Deployment.objects.filter(pk=pk).exists():
+        return redirect("deployment_list")
+    return redirect("deployment_detail", pk=pk)
+
+
+@require_POST
+def scale(request: HttpRequest, pk: int) -> HttpResponse:
+    copies = request.POST.get("copies", "")
+    size = request.POST.get("accelerators_per_copy", "")
+    return operate(
+        request,
+        pk,
+        lambda d: actions.scale(request.user, d, copies, size or None),
+        f"Scaling to {copies} copies.",
+    )
+
+
+@require_POST
+def stop(request: HttpRequest, pk: int) -> HttpResponse:
+    return operate(request, pk, lambda d: actions.stop(request.user, d), "Stopping every copy.")
+
+
+@require_POST
+def start(request: HttpRequest, pk: int) -> HttpResponse:
+    return operate(request, pk, lambda d: actions.start(request.user, d), "Starting again.")
+
+
+@require_POST
+def delete(request: HttpRequest, pk: int) -> HttpResponse:
+    return operate(
+        request,
+        pk,
+        lambda d: actions.delete(request.user, d),
+        "Deleting: the copies stop, then the deployment goes. The model stays on this server.",
+    )
+
+
+@require_POST
+def check_now(request: HttpRequest, pk: int) -> HttpResponse:
+    return operate(request, pk, lambda d: actions.check_now(request.user, d), "Checking now.")

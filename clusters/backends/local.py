@@ -17,7 +17,7 @@ import os
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -338,13 +338,15 @@ class LocalProcessBackend:
 
     def observe_one(self, handle: CopyHandle) -> Observation:
         record = self.read_record(handle.copy_id)
-        seen = {
-            "pid": handle.pid,
-            "port": handle.port,
-            "gpu_uuids": tuple(record.get("gpu_uuids", ())),
-        }
+        seen = Observation(
+            handle.copy_id,
+            "gone",
+            pid=handle.pid,
+            port=handle.port,
+            gpu_uuids=tuple(record.get("gpu_uuids", ())),
+        )
         if not handle.pid:
-            return Observation(handle.copy_id, "gone", message="the copy has no process", **seen)
+            return replace(seen, message="the copy has no process")
         if self.is_running(handle):
             return self._observe_running(handle, seen)
         code = supervisor.exit_code(handle.pid, self.exit_path(handle.copy_id))
@@ -353,24 +355,24 @@ class LocalProcessBackend:
                 f"process {handle.pid} is gone and left no exit status "
                 "(killed from outside, or the machine restarted)"
             )
-            return Observation(handle.copy_id, "gone", message=message, **seen)
-        return Observation(
-            handle.copy_id,
-            "exited",
+            return replace(seen, message=message)
+        return replace(
+            seen,
+            status="exited",
             exit_code=code,
             reason="Completed" if code == 0 else "Error",
             message=self._exit_message(handle.copy_id, code),
-            **seen,
         )
 
-    def _observe_running(self, handle: CopyHandle, seen: dict[str, Any]) -> Observation:
+    def _observe_running(self, handle: CopyHandle, seen: Observation) -> Observation:
         if not handle.port:
-            return Observation(handle.copy_id, "starting", message="no port to ask", **seen)
+            return replace(seen, status="starting", message="no port to ask")
         health, message = probe_health(handle.port, self.http_timeout_s)
-        # Not ready and not dead yet: "starting"; an unhealthy engine says so in the reason.
-        status = "ready" if health == "ready" else "starting"
+        if health == "ready":
+            return replace(seen, status="ready", message=message)
+        # Not serving and not dead yet: "starting"; an engine that answers 503 says so.
         reason = "Unhealthy" if health == "unhealthy" else ""
-        return Observation(handle.copy_id, status, reason=reason, message=message, **seen)
+        return replace(seen, status="starting", reason=reason, message=message)
 
     def _exit_message(self, copy_id: int, code: int) -> str:
         how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"

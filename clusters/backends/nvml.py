@@ -82,7 +82,7 @@ def load_nvml(nvml_module: Any = None) -> Any:
     """The given module, or the real pynvml; raises ImportError when it is not installed."""
     if nvml_module is not None:
         return nvml_module
-    import pynvml
+    import pynvml  # type: ignore[import-untyped]
 
     return pynvml
 
@@ -175,7 +175,7 @@ def mig_profile(name: str, attributes: Any) -> str:
 
 def _mig_devices(nvml: Any, handle: Any) -> tuple[MigDevice, ...]:
     count = _optional(nvml, "nvmlDeviceGetMaxMigDeviceCount", handle, default=0) or 0
-    devices = []
+    devices: list[MigDevice] = []
     for slot in range(int(count)):
         mig = _optional(nvml, "nvmlDeviceGetMigDeviceHandleByIndex", handle, slot)
         if mig is None:  # NotFound: an empty slot
@@ -259,7 +259,8 @@ def _read_all(nvml: Any) -> NvmlReport:
     count = int(nvml.nvmlDeviceGetCount())
     if count == 0:
         return NvmlReport((), f"{NO_GPUS} (NVML reports no devices)", (), driver, cuda)
-    devices, unreadable = [], []
+    devices: list[GpuDevice] = []
+    unreadable: list[str] = []
     for index in range(count):
         try:
             devices.append(read_device(nvml, index, driver, cuda))

@@ -292,7 +292,8 @@ class SimulatorBackend(LocalProcessBackend):
     # -------------------------------------------------------- where it runs, what it holds
 
     def _machine(self, name: str) -> Mapping[str, Any]:
-        for machine in self.inventory.get("machines", []):
+        machines: list[Mapping[str, Any]] = list(self.inventory.get("machines", []))
+        for machine in machines:
             if machine.get("name") == name:
                 return machine
         raise BackendError(f"machine {name!r} is not in the simulated inventory")

@@ -184,3 +184,64 @@ def test_every_page_renders_for_a_logged_in_user_with_the_demo_loaded(as_bob, re
     ]
     for url in pages:
         assert as_bob.get(url).status_code == 200, url
+
+
+DEPLOYMENT_ACTIONS = [
+    "deployment_scale",
+    "deployment_stop",
+    "deployment_start",
+    "deployment_delete",
+    "deployment_check_now",
+]
+
+
+def test_every_deployment_action_view_is_listed_here():
+    """A new action view must join the role tests below; this fails until it does."""
+    names = {p.name for p, _ in walk(get_resolver().url_patterns) if p.name}
+    actions = {n for n in names if n.startswith("deployment_")} - {"deployment_list", "deployment_detail"}
+    assert actions == set(DEPLOYMENT_ACTIONS)
+
+
+def snapshot(deployment) -> tuple:
+    from deployments.models import Event
+
+    row = Deployment.objects.filter(pk=deployment.pk).values().first()
+    return row, Event.objects.count()
+
+
+@pytest.mark.parametrize("name", DEPLOYMENT_ACTIONS)
+def test_a_viewer_posting_any_deployment_action_gets_403_and_nothing_changes(as_carol, red_deployment, name):
+    from django.urls import reverse
+
+    before = snapshot(red_deployment)
+    response = as_carol.post(reverse(name, args=[red_deployment.pk]), {"copies": "3"})
+    assert response.status_code == 403
+    assert snapshot(red_deployment) == before
+
+
+@pytest.mark.parametrize("name", DEPLOYMENT_ACTIONS)
+def test_an_operator_in_another_team_gets_not_found_for_any_action(as_bob, name):
+    from django.urls import reverse
+
+    green = factories.make_deployment("green-one", factories.make_team("green"))
+    before = snapshot(green)
+    assert as_bob.post(reverse(name, args=[green.pk]), {"copies": "3"}).status_code == 404
+    assert snapshot(green) == before
+
+
+def test_bob_may_act_on_reds_deployment_but_only_read_blues(as_bob, red_deployment, blue_deployment):
+    assert as_bob.post(f"/deployments/{red_deployment.pk}/check/").status_code == 302
+    assert as_bob.post(f"/deployments/{blue_deployment.pk}/check/").status_code == 403
+    page = as_bob.get(f"/deployments/{blue_deployment.pk}/").content.decode()
+    assert "Check now" not in page and "blue-qwen" in page
+
+
+def test_a_bad_scale_says_what_is_wrong_and_changes_nothing(as_bob, red_deployment):
+    before = snapshot(red_deployment)
+    response = as_bob.post(f"/deployments/{red_deployment.pk}/scale/", {"copies": "-2"}, follow=True)
+    assert "Not done: copies: -2 is not allowed: use 0 to 1000." in response.content.decode()
+    assert snapshot(red_deployment)[0] == before[0]
+    response = as_bob.post(
+        f"/deployments/{red_deployment.pk}/scale/", {"copies": "1", "accelerators_per_copy": "1.5"}, follow=True
+    )
+    assert "Not done: accelerators per copy: 1.5 is not a size" in response.content.decode()
