@@ -1,4 +1,4 @@
-"""Writes a cluster's discovered inventory into Machine and Accelerator rows.
+"""Writes what a cluster's backend discovered into Machine and Accelerator rows.
 
 Rows are updated in place (never deleted and re-created), so reservations that point at them
 survive a refresh; a machine that is no longer reported is marked not ready, not deleted.
@@ -6,92 +6,89 @@ survive a refresh; a machine that is no longer reported is marked not ready, not
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.db import transaction
 from django.utils import timezone
 
+from clusters.backends.base import DiscoveredAccelerator, DiscoveredMachine, Discovery
 from clusters.models import Accelerator, Cluster, ClusterState, HardwareClass, Machine, SharingClass
 
-GIB = 2**30
-MIB = 2**20
 
-
-def memory_bytes(entry: dict[str, Any]) -> int:
-    """Memory as the device reports it: `memory_bytes`, or `memory_mib` as NVML and GFD give it."""
-    if "memory_bytes" in entry:
-        return int(entry["memory_bytes"])
-    return int(entry["memory_mib"]) * MIB
-
-
-def gpu_fields(gpu: dict[str, Any]) -> dict[str, Any]:
-    replicas = int(gpu.get("replicas", 1))
-    sharing = gpu.get("sharing") or ""
-    sharing_class = {"time_sliced": SharingClass.TIME_SLICED, "mps": SharingClass.MPS}.get(
-        sharing, ""
-    )
-    if gpu.get("mig"):
-        sharing_class = SharingClass.MIG
+def gpu_fields(gpu: DiscoveredAccelerator) -> dict[str, object]:
     return {
-        "uuid": gpu.get("uuid", ""),
-        "vendor": gpu.get("vendor", "nvidia"),
-        "product": gpu["product"],
-        "memory_bytes": memory_bytes(gpu),
-        "compute_capability": gpu.get("compute_capability", ""),
-        "driver_version": gpu.get("driver", ""),
-        "cuda_version": gpu.get("cuda", ""),
-        "hardware_class": HardwareClass.HARDWARE_ISOLATED
-        if gpu.get("mig")
-        else HardwareClass.SOFTWARE_SHARED,
-        "sharing_class": sharing_class or gpu.get("sharing_class", SharingClass.SHARED),
-        "replicas": replicas,
+        "uuid": gpu.uuid,
+        "vendor": gpu.vendor,
+        "product": gpu.product,
+        "memory_bytes": gpu.memory_bytes,
+        "compute_capability": gpu.compute_capability,
+        "driver_version": gpu.driver_version,
+        "cuda_version": gpu.cuda_version,
+        "hardware_class": gpu.hardware_class,
+        "sharing_class": gpu.sharing_class,
+        "replicas": gpu.replicas,
     }
 
 
-def write_slices(machine: Machine, parent: Accelerator, slices: list[dict[str, Any]]) -> None:
-    for index, entry in enumerate(slices):
+def write_slices(machine: Machine, parent: Accelerator, gpu: DiscoveredAccelerator) -> None:
+    for piece in gpu.slices:
         Accelerator.objects.update_or_create(
             machine=machine,
             parent=parent,
-            index=index,
+            index=piece.index,
             defaults={
+                "uuid": piece.uuid,
                 "vendor": parent.vendor,
                 "product": parent.product,
-                "memory_bytes": memory_bytes(entry),
+                "memory_bytes": piece.memory_bytes,
                 "compute_capability": parent.compute_capability,
                 "driver_version": parent.driver_version,
                 "hardware_class": HardwareClass.HARDWARE_ISOLATED,
                 "sharing_class": SharingClass.MIG,
-                "mig_profile": entry["profile"],
+                "mig_profile": piece.profile,
             },
         )
 
 
-def write_machine(cluster: Cluster, entry: dict[str, Any], now: Any) -> Machine:
+def write_machine(cluster: Cluster, found: DiscoveredMachine, now: object) -> Machine:
     machine, _ = Machine.objects.update_or_create(
         cluster=cluster,
-        name=entry["name"],
+        name=found.name,
         defaults={
-            "ready": True,
-            "labels": entry.get("labels", {}),
-            "cpu_count": int(entry.get("cpus", 0)),
-            "system_memory_bytes": int(entry.get("system_memory_gib", 0)) * GIB,
-            "unified_memory": bool(entry.get("unified_memory", False)),
+            # A machine without GPU capacity facts receives no placements.
+            "ready": found.ready and found.capacity_known,
+            "labels": dict(found.labels),
+            "cpu_count": found.cpu_count,
+            "system_memory_bytes": found.system_memory_bytes,
+            "unified_memory": found.unified_memory,
             "last_seen": now,
         },
     )
-    for gpu in entry.get("accelerators", []):
+    for gpu in found.accelerators:
         parent, _ = Accelerator.objects.update_or_create(
-            machine=machine, parent=None, index=int(gpu["index"]), defaults=gpu_fields(gpu)
+            machine=machine, parent=None, index=gpu.index, defaults=gpu_fields(gpu)
         )
-        write_slices(machine, parent, gpu.get("mig") or [])
+        write_slices(machine, parent, gpu)
     return machine
 
 
-def apply_inventory(cluster: Cluster, machines: list[dict[str, Any]]) -> None:
+def apply_discovery(cluster: Cluster, discovery: Discovery) -> None:
     """Make the cluster's rows match what discovery reported."""
     now = timezone.now()
+    if not discovery.reachable:
+        Cluster.objects.filter(pk=cluster.pk).update(state=ClusterState.UNREACHABLE)
+        return
     with transaction.atomic():
-        seen = [write_machine(cluster, entry, now).pk for entry in machines]
+        seen = [write_machine(cluster, found, now).pk for found in discovery.machines]
         cluster.machines.exclude(pk__in=seen).update(ready=False)
-        Cluster.objects.filter(pk=cluster.pk).update(state=ClusterState.READY, last_seen=now)
+        state = ClusterState.DEGRADED if discovery.notices else ClusterState.READY
+        Cluster.objects.filter(pk=cluster.pk).update(
+            state=state, last_seen=now, notices=list(discovery.notices)
+        )
+
+
+def refresh(cluster: Cluster) -> Discovery:
+    """Ask the cluster's backend what it has now, and write it down."""
+    from clusters.registry import backend_for
+
+    discovery = backend_for(cluster).discover()
+    apply_discovery(cluster, discovery)
+    return discovery

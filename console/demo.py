@@ -9,7 +9,8 @@ from django.db import transaction
 
 from catalog.loader import load_catalog
 from catalog.models import ServerModel, ServerModelState, Variant
-from clusters.inventory import apply_inventory
+from clusters.backends.simulator import discover_inventory
+from clusters.inventory import apply_discovery
 from clusters.models import Cluster, ClusterKind, SharingStrategy, Topology
 from console.models import Membership, Role, Team
 
@@ -111,7 +112,7 @@ def seed_cluster() -> Cluster:
             "simulated_inventory": {"machines": DEMO_MACHINES},
         },
     )
-    apply_inventory(cluster, DEMO_MACHINES)
+    apply_discovery(cluster, discover_inventory({"machines": DEMO_MACHINES}))
     return cluster
 
 

@@ -100,6 +100,10 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 RECONCILE_EVERY_S = env_int("BERTH_RECONCILE_EVERY_S", 5, low=1, high=3600)
 CELERY_BEAT_SCHEDULE = {
     "reconcile": {"task": "deployments.tasks.reconcile", "schedule": float(RECONCILE_EVERY_S)},
+    "refresh-inventories": {
+        "task": "clusters.tasks.refresh_all_inventories",
+        "schedule": float(env_int("BERTH_REFRESH_EVERY_S", 30, low=1, high=86400)),
+    },
 }
 WATCH_EVERY_S = env_float("BERTH_WATCH_EVERY_S", 1.0, low=0.05, high=60)
 # Where local engines (standalone, simulator) keep their logs and process records.

@@ -13,7 +13,7 @@ from datetime import timedelta
 from django.db.models import Q
 from django.utils import timezone
 
-from deployments import launching, lifecycle
+from deployments import launching, lifecycle, transitions
 from deployments.choices import CopyState as C
 from deployments.choices import ErrorCode
 from deployments.classify import Failure
@@ -79,6 +79,29 @@ def reap_stuck() -> None:
         lifecycle.fail_copy(copy, failure)
 
 
+def evacuate_lost_machines() -> None:
+    """Copies on a machine that is no longer reported wait for room elsewhere."""
+    lost = Copy.objects.filter(
+        state__in=[C.COPYING_FILES, C.STARTING, C.READY], machine__ready=False
+    ).select_related("deployment__cluster", "machine")
+    for copy in lost:
+        try:
+            launching.backend_for(copy.deployment.cluster).stop(launching.handle_for(copy))
+        except Exception:  # the machine is gone; there may be nothing left to stop
+            log.info("could not stop copy %s on lost machine %s", copy.pk, copy.machine)
+        reason = f"Its machine {copy.machine.name} is no longer reported; placing it again."
+        moved = transitions.copy_if(
+            copy.pk,
+            {C.COPYING_FILES, C.STARTING, C.READY},
+            C.PENDING,
+            message=reason,
+            pending_reason=reason,
+            process_id=None,
+        )
+        if moved is not None:
+            lifecycle.release(copy)
+
+
 def release_orphaned_reservations() -> int:
     """Room held by copies that no longer run (stopped, or failed with no process)."""
     orphaned = Reservation.objects.filter(copy__state__in=[C.STOPPED, C.FAILED, C.PENDING])
@@ -94,6 +117,7 @@ def check(deployment_id: int) -> None:
 
 def reconcile_all() -> None:
     reap_stuck()
+    evacuate_lost_machines()
     release_orphaned_reservations()
     active = Deployment.objects.filter(lifecycle.q_active_deployments()).order_by(
         "created_at", "pk"

@@ -6,7 +6,8 @@ import pytest
 from django.core.management import call_command
 
 from catalog.models import Model
-from clusters.inventory import apply_inventory
+from clusters.backends.simulator import discover_inventory
+from clusters.inventory import apply_discovery
 from clusters.models import Cluster
 from deployments import actions
 from deployments.choices import CopyState, DeploymentState
@@ -40,7 +41,7 @@ def simulated_cluster(name: str, gpus: int = 2, **engine_env: str) -> Cluster:
         sharing_strategy="fractional",
         simulated_inventory={"machines": machines, "engine_env": {**FAST_ENGINE, **engine_env}},
     )
-    apply_inventory(cluster, machines)
+    apply_discovery(cluster, discover_inventory({"machines": machines}))
     return cluster
 
 

@@ -97,7 +97,7 @@ def test_existing_reservations_are_honoured(demo, red, blue):
 def test_a_model_too_big_for_any_gpu_gets_a_reason_and_no_reservation(demo, red):
     deployment, copies = host("too-big", red, demo, "0.25", 1)
     model = qwen()
-    model.variants.filter(name="bf16").update(size_bytes=200 * GIB)
+    model.variants.update(size_bytes=200 * GIB)
     result = reserve(Deployment.objects.get(pk=deployment.pk), copies)
     assert result.placed == () and result.fit_empty == 0
     assert result.not_placed[0].reason == "insufficient_capacity"
