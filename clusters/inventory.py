@@ -25,10 +25,13 @@ def gpu_fields(gpu: DiscoveredAccelerator) -> dict[str, object]:
         "hardware_class": gpu.hardware_class,
         "sharing_class": gpu.sharing_class,
         "replicas": gpu.replicas,
+        "present": True,
     }
 
 
 def write_slices(machine: Machine, parent: Accelerator, gpu: DiscoveredAccelerator) -> None:
+    seen = [piece.index for piece in gpu.slices]
+    parent.slices.exclude(index__in=seen).update(present=False)
     for piece in gpu.slices:
         Accelerator.objects.update_or_create(
             machine=machine,
@@ -44,6 +47,7 @@ def write_slices(machine: Machine, parent: Accelerator, gpu: DiscoveredAccelerat
                 "hardware_class": HardwareClass.HARDWARE_ISOLATED,
                 "sharing_class": SharingClass.MIG,
                 "mig_profile": piece.profile,
+                "present": True,
             },
         )
 
@@ -62,6 +66,8 @@ def write_machine(cluster: Cluster, found: DiscoveredMachine, now: object) -> Ma
             "last_seen": now,
         },
     )
+    reported = [gpu.index for gpu in found.accelerators]
+    machine.accelerators.filter(parent=None).exclude(index__in=reported).update(present=False)
     for gpu in found.accelerators:
         parent, _ = Accelerator.objects.update_or_create(
             machine=machine, parent=None, index=gpu.index, defaults=gpu_fields(gpu)

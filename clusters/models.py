@@ -158,6 +158,9 @@ class Accelerator(models.Model):
         max_length=24, blank=True, help_text="e.g. 3g.40gb, for a MIG slice"
     )
     replicas = models.PositiveIntegerField(default=1, help_text="time-slicing or MPS replicas")
+    # False once discovery stops reporting it (taken by another workload, removed, MIG
+    # re-partitioned). Kept rather than deleted so reservations that point at it survive.
+    present = models.BooleanField(default=True)
 
     class Meta:
         ordering = ["machine__name", "parent_id", "index"]

@@ -94,7 +94,7 @@ def aware(moment: datetime) -> datetime:
 
 
 def owner_of(item: Any) -> str:
-    return ((item.metadata and item.metadata.labels) or {}).get(COPY_ID_LABEL, "")
+    return str(((item.metadata and item.metadata.labels) or {}).get(COPY_ID_LABEL, ""))
 
 
 def belongs_to(item: Any, copy_id: int) -> bool:
@@ -171,7 +171,7 @@ class KubernetesBackend:
         except API_FAILURES as error:
             return Discovery((), message=self.explain(error, "list nodes"), reachable=False)
         pods, note = self.pods_everywhere()
-        return discovery_from(nodes, pods, note)
+        return discovery_from(nodes, pods, note, self.namespace)
 
     def pods_everywhere(self) -> tuple[list[Any], str]:
         """All pods (to subtract what other workloads hold), or none and a note why not."""
@@ -290,9 +290,9 @@ class KubernetesBackend:
         return {int(owner_of(item)) for item in items if owner_of(item).isdigit()}
 
     def observe(self, handles: Sequence[CopyHandle]) -> list[Observation]:
-        pods_by_copy: dict[int, list[Any]] = {}
+        pods_by_copy: dict[int | None, list[Any]] = {}
         for pod in self.berth_pods().items:
-            pods_by_copy.setdefault(copy_id_of(pod) or 0, []).append(pod)
+            pods_by_copy.setdefault(copy_id_of(pod), []).append(pod)
         deployed = self.copies_with_deployment()
         return [
             observe_copy(h.copy_id, pods_by_copy.get(h.copy_id, []), h.copy_id in deployed)
@@ -496,7 +496,7 @@ class KubernetesBackend:
                     _preload_content=False,
                     _request_timeout=self.timeout,
                 )
-                return response.data.decode("utf-8", "replace")
+                return str(response.data.decode("utf-8", "replace"))
             except client.ApiException as error:
                 if error.status != 404:
                     raise
@@ -514,7 +514,7 @@ class KubernetesBackend:
             _preload_content=False,
             _request_timeout=self.timeout,
         )
-        return response.data.decode("utf-8", "replace")
+        return str(response.data.decode("utf-8", "replace"))
 
 
 # --- checking a kubeconfig before it is saved -------------------------------------------------

@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from kubernetes.client import V1Node, V1Pod
+from kubernetes.client import V1Container, V1Node, V1Pod
 from kubernetes.utils.quantity import parse_quantity
 
 from clusters.backends.base import (
@@ -72,7 +72,7 @@ class NodeReading:
 def units(quantity: object) -> int:
     """A Kubernetes quantity as a whole number (GPUs are integers; CPUs are floored)."""
     try:
-        return math.floor(parse_quantity(quantity))
+        return int(math.floor(parse_quantity(quantity)))
     except (ValueError, ArithmeticError):
         return 0
 
@@ -86,9 +86,15 @@ def is_berth_pod(pod: V1Pod) -> bool:
     return labels.get(MANAGED_BY) == BERTH
 
 
-def container_gpu_requests(container: object) -> Counter[str]:
+def is_own_pod(pod: V1Pod, namespace: str | None) -> bool:
+    """A pod whose room this cluster's reservations already count. A Berth pod in another
+    namespace belongs to another Berth (or another cluster row) and holds room like any other."""
+    return is_berth_pod(pod) and (namespace is None or pod.metadata.namespace == namespace)
+
+
+def container_gpu_requests(container: V1Container) -> Counter[str]:
     # Extended resources may be given as limits only; the request then equals the limit.
-    resources = getattr(container, "resources", None)
+    resources = container.resources
     asked = {
         **((resources and resources.limits) or {}),
         **((resources and resources.requests) or {}),
@@ -113,11 +119,11 @@ def holds_resources(pod: V1Pod) -> bool:
     return bool(pod.spec and pod.spec.node_name) and status_phase not in FINISHED_PHASES
 
 
-def foreign_use(pods: Iterable[V1Pod]) -> dict[str, Counter[str]]:
-    """GPU units held per node by pods that are not Berth's."""
+def foreign_use(pods: Iterable[V1Pod], namespace: str | None) -> dict[str, Counter[str]]:
+    """GPU units held per node by pods that are not Berth's (in `namespace`)."""
     used: dict[str, Counter[str]] = {}
     for pod in pods:
-        if holds_resources(pod) and not is_berth_pod(pod):
+        if holds_resources(pod) and not is_own_pod(pod, namespace):
             used.setdefault(pod.spec.node_name, Counter()).update(pod_gpu_requests(pod))
     return used
 
@@ -156,7 +162,7 @@ def nvidia_facts(labels: Mapping[str, str]) -> GpuFacts | None:
     capability = dotted(labels, "nvidia.com/gpu.compute.major", "nvidia.com/gpu.compute.minor")
     # Time-slicing with renameByDefault=false appends -SHARED to the product; the GPU is the same.
     product = product.removesuffix("-SHARED")
-    return GpuFacts("nvidia", product, int(memory) * MIB, capability, driver, cuda)
+    return GpuFacts("nvidia", product, int(memory or 0) * MIB, capability, driver, cuda)
 
 
 def amd_label(labels: Mapping[str, str], name: str) -> str:
@@ -172,7 +178,7 @@ def amd_label(labels: Mapping[str, str], name: str) -> str:
 
 
 def size_bytes(text: str) -> int:
-    """ "64G" (AMD's vram label, binary units) → bytes; 0 when it cannot be read."""
+    """AMD's vram label ("64G", binary units) in bytes; 0 when it cannot be read."""
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*", text or "", re.IGNORECASE)
     if not match:
         return 0
@@ -299,7 +305,8 @@ def mig_single_gpus(facts: GpuFacts, free: Mapping[str, int]) -> list[Discovered
 
 
 def nvidia_strategy(labels: Mapping[str, str], allocatable: Mapping[str, str]) -> str:
-    if labels.get("nvidia.com/mig.strategy") == "mixed" and mig_profiles(allocatable):
+    has_mig_resources = any(name.startswith(MIG_PREFIX) for name in allocatable)
+    if labels.get("nvidia.com/mig.strategy") == "mixed" and has_mig_resources:
         return "mig_mixed"
     if "-MIG-" in labels.get("nvidia.com/gpu.product", ""):
         return "mig_single"
@@ -343,7 +350,7 @@ def has_capacity(allocatable: Mapping[str, str], vendor: str) -> bool:
 
 
 def vendor_of(labels: Mapping[str, str], allocatable: Mapping[str, str]) -> str:
-    """ "nvidia", "amd" or "" (no GPU by labels or by capacity)."""
+    """The node's GPU vendor by labels or capacity: nvidia, amd, or "" for none."""
     if has_capacity(allocatable, "nvidia") or "nvidia.com/gpu.product" in labels:
         return "nvidia"
     if has_capacity(allocatable, "amd") or amd_label(labels, "product-name"):
@@ -405,9 +412,16 @@ def has_gpus(machines: Iterable[KubernetesMachine]) -> bool:
     )
 
 
-def discovery_from(nodes: Iterable[V1Node], pods: Iterable[V1Pod], note: str = "") -> Discovery:
-    """What the cluster offers Berth. `note` explains anything the caller could not read."""
-    used = foreign_use(pods)
+def discovery_from(
+    nodes: Iterable[V1Node],
+    pods: Iterable[V1Pod],
+    note: str = "",
+    namespace: str | None = None,
+) -> Discovery:
+    """What the cluster offers Berth, whose pods are those in `namespace` (None: any).
+
+    `note` explains anything the caller could not read."""
+    used = foreign_use(pods, namespace)
     readings = [read_node(node, used.get(node.metadata.name, Counter())) for node in nodes]
     machines = tuple(reading.machine for reading in readings)
     problems = [reading.problem for reading in readings if reading.problem]

@@ -276,14 +276,15 @@ def server_message(error: client.ApiException) -> str:
 def why_unreachable(error: Exception) -> str:
     reason = getattr(error, "reason", None) or error
     text = str(reason).lower()
-    if isinstance(reason, urllib3.exceptions.SSLError) or "certificate" in text:
-        return "its TLS certificate was not accepted (check certificate-authority-data)"
-    if isinstance(reason, urllib3.exceptions.ConnectTimeoutError):
-        return "it did not answer in time"
-    if isinstance(reason, urllib3.exceptions.ReadTimeoutError):
-        return "it accepted the connection but did not answer in time"
+    # Text first: urllib3's NewConnectionError (a refused connection) is a ConnectTimeoutError.
     if "refused" in text:
         return "the connection was refused"
     if "name or service not known" in text or "name resolution" in text or "nodename" in text:
         return "its host name does not resolve"
+    if isinstance(reason, urllib3.exceptions.SSLError) or "certificate" in text:
+        return "its TLS certificate was not accepted (check certificate-authority-data)"
+    if isinstance(reason, urllib3.exceptions.ReadTimeoutError):
+        return "it accepted the connection but did not answer in time"
+    if isinstance(reason, urllib3.exceptions.ConnectTimeoutError):
+        return "it did not answer in time"
     return "the connection failed"

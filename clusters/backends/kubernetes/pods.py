@@ -11,6 +11,7 @@ import logging
 import re
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
+from typing import Any
 
 from kubernetes.client import V1ContainerStatus, V1Pod
 
@@ -81,7 +82,9 @@ def observe_pod(copy_id: int, pod: V1Pod) -> Observation:
     status = pod.status
     phase, reason = (status.phase, status.reason) if status else (None, None)
     if reason in ("Evicted", "UnexpectedAdmissionError") or (reason or "").startswith("OutOf"):
-        return Observation(status="exited", reason=reason, message=status.message or "", **seen)
+        return Observation(
+            status="exited", reason=reason or "", message=status.message or "", **seen
+        )
     unschedulable = unschedulable_message(pod)
     if unschedulable is not None:
         return Observation(
@@ -94,7 +97,7 @@ def observe_pod(copy_id: int, pod: V1Pod) -> Observation:
     return observe_phase(phase, container, seen)
 
 
-def observe_container(container: V1ContainerStatus, seen: dict) -> Observation | None:
+def observe_container(container: V1ContainerStatus, seen: dict[str, Any]) -> Observation | None:
     state, last = container.state, container.last_state
     terminated = state and state.terminated
     if terminated:
@@ -121,7 +124,7 @@ def observe_container(container: V1ContainerStatus, seen: dict) -> Observation |
 
 
 def observe_phase(
-    phase: str | None, container: V1ContainerStatus | None, seen: dict
+    phase: str | None, container: V1ContainerStatus | None, seen: dict[str, Any]
 ) -> Observation:
     if phase == "Succeeded":
         return Observation(status="exited", reason="Completed", exit_code=0, **seen)
@@ -137,16 +140,17 @@ def observe_phase(
 
 
 def current_pod(pods: Iterable[V1Pod]) -> V1Pod | None:
-    """The pod that speaks for a copy: not being deleted, then ready, then the newest."""
+    """The pod that speaks for a copy: alive, then not being deleted, then ready, then newest.
 
-    def rank(pod: V1Pod) -> tuple[bool, bool, datetime]:
+    An evicted pod stays listed (Failed) beside the one its Deployment made to replace it.
+    """
+
+    def rank(pod: V1Pod) -> tuple[bool, bool, bool, datetime]:
+        alive = not (pod.status and pod.status.phase in ("Succeeded", "Failed"))
         container = engine_status(pod)
+        ready = bool(container and container.ready)
         created = pod.metadata.creation_timestamp or EPOCH
-        return (
-            pod.metadata.deletion_timestamp is None,
-            bool(container and container.ready),
-            created,
-        )
+        return (alive, pod.metadata.deletion_timestamp is None, ready, created)
 
     return max(pods, key=rank, default=None)
 
@@ -223,4 +227,4 @@ class PodTracker:
 
 
 def instance_name(pod: V1Pod) -> str:
-    return ((pod.metadata and pod.metadata.labels) or {}).get(INSTANCE_LABEL, "")
+    return str(((pod.metadata and pod.metadata.labels) or {}).get(INSTANCE_LABEL, ""))
