@@ -1,19 +1,41 @@
-from django import forms
-from django.contrib import admin
+from typing import Any
 
-from clusters.models import Accelerator, Cluster, Machine
+from django import forms
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from clusters.models import Accelerator, Cluster, ClusterKind, Machine
+
+
+def check_kubeconfig(text: str, namespace: str) -> str | None:
+    """None when Berth can reach the cluster with this kubeconfig, else what is wrong."""
+    from clusters.backends.kubernetes import test_connection, validate_kubeconfig
+
+    problem = validate_kubeconfig(text)
+    if problem:
+        return problem
+    check = test_connection(text, namespace)
+    return None if check.ok else check.message
+
+
+class WriteOnlyTextarea(forms.Textarea):
+    """Never renders a value back, not even what was just submitted with an error."""
+
+    def format_value(self, value: Any) -> str | None:
+        return None
 
 
 class ClusterAdminForm(forms.ModelForm):
-    """The kubeconfig is write-only: it is stored encrypted and never shown back."""
+    """The kubeconfig is write-only: checked against the cluster, stored encrypted, never shown."""
 
     kubeconfig = forms.CharField(
-        widget=forms.Textarea(attrs={"rows": 4}),
+        widget=WriteOnlyTextarea(attrs={"rows": 4, "autocomplete": "off"}),
         required=False,
         strip=False,
         help_text=(
             "Paste a kubeconfig to replace the stored one; leave empty to keep it. "
-            "It is never shown back."
+            "Berth connects with it before saving. It is never shown back."
         ),
     )
 
@@ -31,6 +53,19 @@ class ClusterAdminForm(forms.ModelForm):
             "simulated_inventory",
         ]
 
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if data.get("kind") != ClusterKind.KUBERNETES:
+            return data
+        text = data.get("kubeconfig") or ""
+        if not text and not (self.instance.pk and self.instance.has_kubeconfig):
+            self.add_error("kubeconfig", "A Kubernetes cluster needs a kubeconfig: paste one.")
+        elif text:
+            problem = check_kubeconfig(text, data.get("namespace") or "berth")
+            if problem:
+                self.add_error("kubeconfig", problem)
+        return data
+
     def save(self, commit: bool = True) -> Cluster:
         cluster = super().save(commit=False)
         if self.cleaned_data.get("kubeconfig"):
@@ -47,6 +82,32 @@ class MachineInline(admin.TabularInline):
     readonly_fields = ["last_seen"]
 
 
+@admin.action(description="Test connection")
+def test_connection_action(
+    modeladmin: Any, request: HttpRequest, queryset: QuerySet[Cluster]
+) -> None:
+    from clusters.backends.kubernetes import test_connection
+
+    for cluster in queryset:
+        if cluster.kind != ClusterKind.KUBERNETES:
+            modeladmin.message_user(
+                request, f"{cluster}: not a Kubernetes cluster; nothing to test."
+            )
+            continue
+        check = test_connection(cluster.kubeconfig(), cluster.namespace)
+        level = messages.SUCCESS if check.ok else messages.ERROR
+        modeladmin.message_user(request, f"{cluster}: {check.message}", level)
+
+
+@admin.action(description="Refresh machines and GPUs now")
+def refresh_action(modeladmin: Any, request: HttpRequest, queryset: QuerySet[Cluster]) -> None:
+    from clusters.inventory import refresh
+
+    for cluster in queryset:
+        discovery = refresh(cluster)
+        modeladmin.message_user(request, f"{cluster}: {discovery.message or 'refreshed'}")
+
+
 @admin.register(Cluster)
 class ClusterAdmin(admin.ModelAdmin):
     form = ClusterAdminForm
@@ -55,6 +116,7 @@ class ClusterAdmin(admin.ModelAdmin):
     search_fields = ["name", "description"]
     readonly_fields = ["state", "notices", "last_seen", "has_kubeconfig"]
     inlines = [MachineInline]
+    actions = [test_connection_action, refresh_action]
 
 
 @admin.register(Machine)
@@ -75,7 +137,8 @@ class AcceleratorAdmin(admin.ModelAdmin):
         "hardware_class",
         "sharing_class",
         "replicas",
+        "present",
     ]
-    list_filter = ["vendor", "hardware_class", "sharing_class", "machine__cluster"]
+    list_filter = ["vendor", "hardware_class", "sharing_class", "present", "machine__cluster"]
     search_fields = ["product", "uuid", "machine__name"]
     raw_id_fields = ["machine", "parent"]

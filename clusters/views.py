@@ -1,12 +1,28 @@
-"""Cluster pages: the list and a cluster's machines and accelerators."""
+"""Cluster pages: the list, and a cluster's machines, accelerators and who holds their room."""
 
 from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
 
 from django.db.models import Count, Prefetch, Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 
 from clusters.models import Accelerator, Cluster, Machine
+from deployments.models import Reservation
+
+NOTICE_WORDS = {
+    "SharingNotConfigured": (
+        "GPUs are not shared: this cluster runs a GPU operator without a sharing strategy, so a "
+        "copy smaller than one GPU still takes a whole one. Enable time-slicing, MPS or MIG on "
+        "the cluster, then set its sharing strategy here."
+    ),
+    "PartialDiscovery": (
+        "Some machines did not report their GPUs fully (labels missing), so they receive no "
+        "copies. Check that GPU Feature Discovery runs on every GPU node."
+    ),
+}
 
 
 def cluster_list(request: HttpRequest) -> HttpResponse:
@@ -21,6 +37,26 @@ def cluster_list(request: HttpRequest) -> HttpResponse:
     return render(request, "clusters/list.html", {"clusters": clusters})
 
 
+def holders_by_accelerator(cluster: Cluster) -> dict[int, list[Reservation]]:
+    rows = Reservation.objects.filter(machine__cluster=cluster).select_related("copy__deployment")
+    held: dict[int, list[Reservation]] = defaultdict(list)
+    for row in rows:
+        if row.accelerator_id is not None:
+            held[row.accelerator_id].append(row)
+    return held
+
+
+def annotate_room(gpu: Accelerator, held: dict[int, list[Reservation]]) -> None:
+    """What each accelerator (and slice) has left, and which copies hold the rest."""
+    for unit in [gpu, *gpu.slices.all()]:
+        unit.holders = held.get(unit.pk, [])
+        used = sum(r.reserved_bytes for r in unit.holders)
+        unit.free_bytes = max(0, unit.memory_bytes - used)
+        unit.used_percent = (
+            min(100, round(100 * used / unit.memory_bytes)) if unit.memory_bytes else 0
+        )
+
+
 def cluster_detail(request: HttpRequest, pk: int) -> HttpResponse:
     gpus = Accelerator.objects.filter(parent__isnull=True).prefetch_related("slices")
     machines = Machine.objects.prefetch_related(
@@ -29,4 +65,9 @@ def cluster_detail(request: HttpRequest, pk: int) -> HttpResponse:
     cluster = get_object_or_404(
         Cluster.objects.prefetch_related(Prefetch("machines", queryset=machines)), pk=pk
     )
-    return render(request, "clusters/detail.html", {"cluster": cluster})
+    held = holders_by_accelerator(cluster)
+    for machine in cluster.machines.all():
+        for gpu in machine.gpus:
+            annotate_room(gpu, held)
+    notices: list[Any] = [NOTICE_WORDS.get(n, n) for n in cluster.notices]
+    return render(request, "clusters/detail.html", {"cluster": cluster, "notices": notices})

@@ -82,6 +82,10 @@ TEMPLATES = [
 ]
 
 DATABASES = {"default": database_from_url("DATABASE_URL")}
+# The tests' database; a distinct name lets two test runs share one PostgreSQL server.
+DATABASES["default"]["TEST"] = {
+    "NAME": env_str("BERTH_TEST_DATABASE", f"test_{DATABASES['default']['NAME']}")
+}
 REDIS_URL = redis_url("REDIS_URL")
 
 CHANNEL_LAYERS = {

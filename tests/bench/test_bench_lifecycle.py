@@ -1,0 +1,180 @@
+"""Benchmark: Host → DEPLOYED on the simulator (load time 0) and one reconciler pass.
+
+Run by `make bench` (full sizes: 1, 10 and 100 copies; 1,000 deployments) and, at a smoke size,
+inside `make test`. Figures are printed with a baseline measured in the same run, since the
+machines here are noisy: starting one engine simulator by hand, and reading the same rows with
+one query each.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from decimal import Decimal
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+
+from catalog.models import Model
+from clusters.backends.simulator import discover_inventory
+from clusters.backends.supervisor import free_port
+from clusters.inventory import apply_discovery
+from clusters.models import Cluster
+from deployments import actions, reconciler
+from deployments.choices import DeploymentState
+from deployments.models import Deployment
+from tests import factories
+from tests.processes import console_processes, wait_for
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.bench]
+FULL = os.environ.get("BERTH_BENCH_FULL") == "1"
+COPIES = [1, 10, 100] if FULL else [1]
+DEPLOYMENTS = 1000 if FULL else 100
+ZERO_LOAD = {"BERTH_SIM_LOAD_S_PER_GB": "0", "BERTH_SIM_INIT_S": "0"}
+H100 = {
+    "vendor": "nvidia",
+    "product": "NVIDIA-H100-80GB-HBM3",
+    "memory_mib": 81559,
+    "compute_capability": "9.0",
+}
+
+
+def big_cluster(name: str, gpus: int) -> Cluster:
+    machines = [
+        {
+            "name": f"{name}-{m}",
+            "cpus": 64,
+            "system_memory_gib": 1024,
+            "accelerators": [{**H100, "index": i, "uuid": f"GPU-{name}-{m}-{i}"} for i in range(8)],
+        }
+        for m in range((gpus + 7) // 8)
+    ]
+    inventory = {"machines": machines, "engine_env": ZERO_LOAD}
+    cluster = Cluster.objects.create(
+        name=name, kind="simulator", sharing_strategy="fractional", simulated_inventory=inventory
+    )
+    apply_discovery(cluster, discover_inventory(inventory))
+    return cluster
+
+
+def one_engine_by_hand() -> float:
+    """Baseline: start one engine simulator directly and wait for it to answer /health."""
+    import urllib.request
+
+    port = free_port()
+    argv = [
+        sys.executable,
+        "-m",
+        "clusters.simulator.engine",
+        "serve",
+        "Qwen/Qwen3-0.6B",
+        "--port",
+        str(port),
+        "--max-model-len",
+        "4096",
+    ]
+    began = time.perf_counter()
+    process = subprocess.Popen(
+        argv, env={**os.environ, **ZERO_LOAD}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+
+        def healthy() -> bool:
+            try:
+                return (
+                    urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1).status
+                    == 200
+                )
+            except OSError:
+                return False
+
+        wait_for(healthy, 60, every=0.05, what="the engine simulator")
+        return time.perf_counter() - began
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def test_host_to_deployed(tmp_path, bob, red, capsys):
+    call_command("load_catalog")
+    model = Model.objects.get(repo_id="Qwen/Qwen3-0.6B")
+    variant = model.variants.get(name="bf16")
+    baseline = one_engine_by_hand()
+    rows = []
+    with console_processes(tmp_path, BERTH_WATCH_EVERY_S="0.1", BERTH_RECONCILE_EVERY_S="1"):
+        for copies in COPIES:
+            cluster = big_cluster(f"bench-{copies}", copies)
+            request = actions.HostRequest(
+                team=red,
+                model=model,
+                variant=variant,
+                cluster=cluster,
+                name=f"bench-{copies}",
+                copies=copies,
+                engine_settings={"max_model_len": 4096},
+            )
+            began = time.perf_counter()
+            deployment = actions.host(bob, request)
+            wait_for(
+                lambda d=deployment: (
+                    Deployment.objects.get(pk=d.pk).state == DeploymentState.DEPLOYED
+                ),
+                600,
+                every=0.05,
+                what=f"{copies} copies DEPLOYED",
+            )
+            rows.append((copies, time.perf_counter() - began))
+            actions.stop(bob, Deployment.objects.get(pk=deployment.pk))
+            wait_for(
+                lambda d=deployment: (
+                    Deployment.objects.get(pk=d.pk).state == DeploymentState.STOPPED
+                ),
+                600,
+                what="stopped",
+            )
+    with capsys.disabled():
+        print(
+            f"\nHost → DEPLOYED (simulator, load time 0); baseline: one engine by hand {baseline:.2f} s"
+        )
+        for copies, seconds in rows:
+            print(f"  {copies:>4} copies: {seconds:7.2f} s  = {seconds / baseline:6.1f} × baseline")
+    assert all(seconds > 0 for _, seconds in rows)
+
+
+def test_one_reconciler_pass(red, capsys):
+    call_command("load_catalog")
+    cluster = big_cluster("rec", 8)
+    model = Model.objects.get(repo_id="Qwen/Qwen3-0.6B")
+    made = [
+        factories.make_deployment(
+            f"r-{n}",
+            red,
+            cluster=cluster,
+            model=model,
+            accelerators_per_copy=Decimal("0.1"),
+            copies_wanted=0,
+        )
+        for n in range(DEPLOYMENTS)
+    ]
+    for deployment in made:  # settled: placed, nothing to do, as most are most of the time
+        reconciler.converge(deployment.pk)
+    began = time.perf_counter()
+    with connection.cursor() as cursor:
+        for deployment in made:
+            cursor.execute(
+                "SELECT id, state FROM deployments_deployment WHERE id = %s", [deployment.pk]
+            )
+    baseline = time.perf_counter() - began
+    began = time.perf_counter()
+    reconciler.reconcile_all()
+    seconds = time.perf_counter() - began
+    with capsys.disabled():
+        print(
+            f"\nOne reconciler pass over {DEPLOYMENTS} deployments: {seconds:.3f} s "
+            f"(target < 1 s for 1,000) = {seconds / baseline:.1f} × one query per deployment "
+            f"({baseline:.3f} s)"
+        )
+    assert Deployment.objects.filter(state=DeploymentState.DEPLOYED).count() == DEPLOYMENTS

@@ -1,0 +1,48 @@
+"""A cluster's page shows each accelerator's free budget and which copies hold the rest."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+from django.core.management import call_command
+
+from clusters.models import Accelerator, Cluster
+from deployments.models import Reservation
+from tests import factories
+
+pytestmark = pytest.mark.django_db
+
+
+def test_the_demo_cluster_page_lists_machines_gpus_slices_and_holders(as_carol, red):
+    call_command("seed_demo")
+    cluster = Cluster.objects.get(name="demo")
+    deployment = factories.make_deployment("holder", red, cluster=cluster)
+    copy = factories.make_copy(deployment)
+    gpu = Accelerator.objects.get(machine__name="h100-1", index=0, parent=None)
+    Reservation.objects.create(
+        copy=copy,
+        machine=gpu.machine,
+        accelerator=gpu,
+        reserved_bytes=40 * 2**30,
+        share=Decimal("0.5"),
+    )
+    page = as_carol.get(f"/clusters/{cluster.pk}/").content.decode()
+    for text in [
+        "h100-1",
+        "h200-mig",
+        "l4-shared",
+        "MIG 3g.71gb",
+        "Time-sliced × 4",
+        "holder</a> copy 0 (40.00 GiB)",
+        "39.65 GiB free",
+        "79.65 GiB free",
+    ]:
+        assert text in page, text
+
+
+def test_a_cluster_without_sharing_explains_the_notice(as_carol):
+    cluster = factories.make_cluster("plain", sharing="")
+    Cluster.objects.filter(pk=cluster.pk).update(notices=["SharingNotConfigured"])
+    page = as_carol.get(f"/clusters/{cluster.pk}/").content.decode()
+    assert "GPUs are not shared" in page and "Enable time-slicing, MPS or MIG" in page
