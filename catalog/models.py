@@ -107,6 +107,9 @@ class ServerModel(models.Model):
     """A variant's files kept on this server (downloaded from the hub, or a local path)."""
 
     variant = models.ForeignKey(Variant, on_delete=models.PROTECT, related_name="server_copies")
+    requested_revision = models.CharField(
+        max_length=100, blank=True, help_text="branch, tag or commit asked for"
+    )
     revision = models.CharField(max_length=64, blank=True, help_text="commit once downloaded")
     path = models.CharField(max_length=500, blank=True)
     size_bytes = models.PositiveBigIntegerField(default=0)

@@ -95,7 +95,11 @@ def cluster_out(cluster: Cluster) -> dict[str, Any]:
 @router.get("/clusters", response={200: list[ClusterOut], **ERRORS})
 def list_clusters(request: HttpRequest) -> list[dict[str, Any]]:
     """The clusters copies can be placed on, with their machines and GPUs."""
-    gpus = Accelerator.objects.filter(parent__isnull=True).prefetch_related("slices")
+    # Only what discovery still reports: placement ignores the rest (clusters/snapshot.py).
+    present = Accelerator.objects.filter(present=True)
+    gpus = present.filter(parent__isnull=True).prefetch_related(
+        Prefetch("slices", queryset=present)
+    )
     machines = Machine.objects.prefetch_related(
         Prefetch("accelerators", queryset=gpus, to_attr="gpus")
     )

@@ -1,19 +1,34 @@
-"""WebSocket consumers: thin, and permission-checked with the same helper as the views."""
+"""WebSocket consumers: thin, permission-checked with the same helper as the views.
+
+A broadcast says only what changed (kind, id, seq). Each consumer renders the partial for its
+own user, with the same template files the page includes, so a viewer never receives an
+operator's buttons and forms carry the user's own CSRF token. htmx's ws extension swaps the
+HTML it receives into the page by element id (hx-swap-oob).
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from channels.generic.websocket import AsyncWebsocketConsumer
 
 from console.access import can_view_group
 
 
-class LiveConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
-    """Joins one live group (e.g. deployment-7) and forwards what changed to the page."""
+def csrf_token_from(scope: dict[str, Any]) -> str:
+    """A masked CSRF token for the user's own cookie secret (as a page render would give)."""
+    from django.middleware.csrf import _mask_cipher_secret  # type: ignore[attr-defined]
+
+    secret = scope.get("cookies", {}).get("csrftoken", "")
+    return _mask_cipher_secret(secret) if len(secret) == 32 else ""
+
+
+class LiveConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
+    """Joins one live group (deployments, deployment-7, deployment-7-logs) and sends HTML."""
 
     group: str = ""
+    last_seq: int = 0
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -24,10 +39,40 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         self.group = group
         await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()
+        if group.endswith("-logs"):
+            # The page says the last seq it has; it gets everything after, once, in order.
+            query = self.scope.get("query_string", b"").decode()
+            after = query.removeprefix("after=") if query.startswith("after=") else "0"
+            self.last_seq = int(after) if after.isdigit() else 0
+            await self.send_new_lines()
 
     async def disconnect(self, code: int) -> None:
         if self.group:
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
     async def live_changed(self, message: dict[str, Any]) -> None:
-        await self.send_json({"kind": message["kind"], "id": message["id"], "seq": message["seq"]})
+        from console import live_render
+
+        if self.group.endswith("-logs"):
+            await self.send_new_lines()
+            return
+        html = await database_sync_to_async(live_render.render)(
+            self.scope["user"], self.group, message, csrf_token_from(self.scope)
+        )
+        if html:
+            await self.send(text_data=html)
+
+    async def send_new_lines(self) -> None:
+        """Lines after the last one sent. Seqs are taken under the deployment's row lock and
+        committed in order, so reading after the last seq never skips a line."""
+        from console import live_render
+
+        deployment_id = int(self.group.split("-")[1])
+        while True:
+            html, last = await database_sync_to_async(live_render.log_lines_after)(
+                self.scope["user"], deployment_id, self.last_seq
+            )
+            if not html:
+                return
+            self.last_seq = last
+            await self.send(text_data=html)

@@ -40,6 +40,7 @@ INSTALLED_APPS = [
     "django.contrib.humanize",
     "channels",
     "django_htmx",
+    "ninja",  # serves its API docs' assets locally, never from a CDN
     "console",
     "clusters",
     "catalog",

@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from console import api, views
+from console import api, api_v1, views
 
 admin.site.site_header = "Berth administration"
 admin.site.site_title = "Berth admin"
@@ -19,5 +19,6 @@ urlpatterns = [
     path("clusters/", include("clusters.urls")),
     path("chat/", include("gateway.urls")),
     path("api/v1/me", api.me, name="api_me"),
+    path("api/v1/", api_v1.api.urls),
     path("admin/", admin.site.urls),
 ]

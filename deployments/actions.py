@@ -56,6 +56,10 @@ def parse_size(raw: Any) -> Decimal:
             "number of accelerators (2, 4, 8)",
             "accelerators_per_copy",
         )
+    if size > 64:
+        raise ActionRefused(
+            f"{raw} is too many: at most 64 accelerators per copy", "accelerators_per_copy"
+        )
     if size.as_tuple().exponent < -3:  # type: ignore[operator]
         raise ActionRefused("use at most three decimals", "accelerators_per_copy")
     return size
@@ -101,8 +105,19 @@ def check_name(name: Any) -> str:
     return name
 
 
+def printable(value: Any, field: str, longest: int) -> str:
+    text = (value or "").strip() if isinstance(value, str) or value is None else None
+    if text is None:
+        raise ActionRefused("must be text", field)
+    if len(text) > longest:
+        raise ActionRefused(f"use at most {longest} characters", field)
+    if not text.isprintable():
+        raise ActionRefused("use printable characters only", field)
+    return text
+
+
 def check_chat_name(chat_name: Any, deployment_name: str) -> str:
-    chat_name = (chat_name or "").strip()
+    chat_name = printable(chat_name, "chat_name", 100)
     if len(chat_name) > 100:
         raise ActionRefused("use at most 100 characters", "chat_name")
     clash = Deployment.objects.filter(name=chat_name).exclude(name=deployment_name)
@@ -162,7 +177,7 @@ def host(actor: Any, request: HostRequest) -> Deployment:
                 model=request.model,
                 variant=request.variant,
                 cluster=request.cluster,
-                revision=(request.revision or "").strip(),
+                revision=printable(request.revision, "revision", 100),
                 engine=request.variant.engine,
                 created_by=actor if actor and actor.is_authenticated else None,
                 last_message="Accepted; placing the copies.",
@@ -299,18 +314,7 @@ def check_now(actor: Any, deployment: Deployment) -> Deployment:
     with transaction.atomic():
         record(deployment, actor, "Check now")
         if deployment.state in (D.FAILED, D.MUST_REDOWNLOAD):
-            for copy in deployment.copies.filter(state=CopyState.FAILED):
-                transitions.copy_if(
-                    copy.pk,
-                    {CopyState.FAILED},
-                    CopyState.REQUESTED,
-                    message="Checked: trying again.",
-                    next_attempt_at=None,
-                )
-            transitions.move_deployment(
-                deployment.pk, D.REQUESTED, message="Checked: trying again.", actor=actor
-            )
-            lifecycle.enqueue("place_deployment", deployment.pk)
+            lifecycle.start_over(deployment, "Checked: trying again.", actor)
         else:
             lifecycle.enqueue("check_deployment", deployment.pk)
     return Deployment.objects.get(pk=deployment.pk)

@@ -222,10 +222,9 @@ def launch(copy_id: int) -> None:
     except WaitForRoom as waiting:
         # Memory that placement counted as free is still held (by something outside Berth):
         # give the room back and wait for it, rather than fail.
-        transitions.copy_if(
-            copy.pk, {C.STARTING}, C.PENDING, message=str(waiting), pending_reason=str(waiting)
+        lifecycle.give_up_room(
+            copy, {C.STARTING}, C.PENDING, message=str(waiting), pending_reason=str(waiting)
         )
-        lifecycle.release(copy)
         lifecycle.refresh_state(copy.deployment_id)
         return
     except BackendError as error:

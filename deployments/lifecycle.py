@@ -15,6 +15,7 @@ from django.db import transaction
 from django.db.models import Count, Q, Sum
 from django.utils import timezone
 
+from catalog.models import ServerModel, ServerModelState
 from clusters.models import Cluster
 from deployments import transitions
 from deployments.choices import CopyState as C
@@ -90,8 +91,41 @@ def who_holds_the_room(cluster: Cluster, besides: Deployment) -> str:
     return "; ".join(parts)
 
 
+def files_on_this_server(deployment: Deployment) -> ServerModel | None:
+    """The variant's files kept on this server (ready to copy to the machines), if any."""
+    ready = ServerModel.objects.filter(
+        variant_id=deployment.variant_id, state=ServerModelState.READY
+    )
+    if deployment.revision:
+        ready = ready.filter(
+            Q(revision=deployment.revision) | Q(requested_revision=deployment.revision)
+        )
+    return ready.first()
+
+
+def download_progress(deployment: Deployment) -> str:
+    files = (
+        ServerModel.objects.filter(variant_id=deployment.variant_id)
+        .exclude(state=ServerModelState.READY)
+        .first()
+    )
+    if files is None:
+        return "The model is not on this server yet; it is queued for download."
+    if files.state == ServerModelState.DOWNLOADING and files.size_bytes:
+        done = 100 * files.progress_bytes / files.size_bytes
+        return (
+            f"Waiting for the model to download: {done:.0f} % "
+            f"({files.progress_bytes / GIB:.1f} of {files.size_bytes / GIB:.1f} GiB)."
+        )
+    return f"Waiting for the model to download ({files.get_state_display().lower()})."
+
+
 def place(deployment_id: int) -> None:
     """Give room to the copies that wait for it; start those that got it."""
+    waiting_for_files = Deployment.objects.filter(pk=deployment_id, state=D.REQUESTED).first()
+    if waiting_for_files is not None and files_on_this_server(waiting_for_files) is None:
+        transitions.note(deployment_id, download_progress(waiting_for_files))
+        return
     with transaction.atomic():
         deployment = Deployment.objects.select_related("cluster", "model", "variant").get(
             pk=deployment_id
@@ -158,7 +192,52 @@ def record_notices(deployment: Deployment, notices: tuple[str, ...]) -> None:
         Deployment.objects.filter(pk=deployment.pk).update(notices=wanted)
 
 
+def model_files_changed(server_model_id: int) -> None:
+    """A download moved on: deployments that wait for it go on, fail, or say how far it got."""
+    files = ServerModel.objects.filter(pk=server_model_id).first()
+    if files is None:
+        return
+    waiting = Deployment.objects.filter(variant_id=files.variant_id)
+    if files.state == ServerModelState.READY:
+        for deployment in waiting.filter(state__in=[D.MUST_REDOWNLOAD, D.FAILED]).filter(
+            last_error_code__in=[ErrorCode.DOWNLOAD_FAILED, ErrorCode.MUST_REDOWNLOAD]
+        ):
+            start_over(deployment, "The model's files are on this server now; starting.")
+        for deployment in waiting.filter(state=D.REQUESTED):
+            enqueue("place_deployment", deployment.pk)
+    elif files.state == ServerModelState.FAILED:
+        for deployment in waiting.filter(state=D.REQUESTED):
+            transitions.move_deployment(
+                deployment.pk,
+                D.FAILED,
+                message=f"The download failed: {files.error}",
+                last_error_code=ErrorCode.DOWNLOAD_FAILED,
+                last_error_message=files.error,
+                last_error_at=timezone.now(),
+            )
+    else:
+        for deployment in waiting.filter(state=D.REQUESTED):
+            transitions.note(deployment.pk, download_progress(deployment))
+
+
+def start_over(deployment: Deployment, message: str, actor: object = None) -> None:
+    """Failed copies are tried again and the deployment is placed from the start."""
+    for copy in deployment.copies.filter(state=C.FAILED):
+        transitions.copy_if(copy.pk, {C.FAILED}, C.REQUESTED, message=message, next_attempt_at=None)
+    transitions.move_deployment(deployment.pk, D.REQUESTED, message=message, actor=actor)
+    enqueue("place_deployment", deployment.pk)
+
+
 # --- failures and retries ---------------------------------------------------------------
+
+
+def give_up_room(copy: Copy, expected: set[str], to: str, **fields: object) -> Copy | None:
+    """Move a copy to a state that holds no room, releasing that room in the same commit."""
+    with transaction.atomic():
+        moved = transitions.copy_if(copy.pk, expected, to, **fields)
+        if moved is not None:
+            release(copy)
+    return moved
 
 
 def backoff(attempts: int) -> timedelta:
@@ -171,8 +250,8 @@ def fail_copy(copy: Copy, failure: Failure) -> None:
     """A copy's engine stopped with a failure: retry later if it can pass, else not again."""
     now = timezone.now()
     retry_at = None if failure.permanent else now + backoff(copy.attempts)
-    moved = transitions.copy_if(
-        copy.pk,
+    moved = give_up_room(
+        copy,
         {C.COPYING_FILES, C.STARTING, C.READY},
         C.FAILED,
         message=f"{failure.code}: {failure.line}",
@@ -184,7 +263,6 @@ def fail_copy(copy: Copy, failure: Failure) -> None:
     )
     if moved is None:
         return
-    release(copy)
     if failure.permanent:
         Deployment.objects.filter(pk=copy.deployment_id).update(
             last_error_code=failure.code,
@@ -301,8 +379,7 @@ def refresh_state(deployment_id: int) -> None:
 def stop_copy_soon(copy: Copy) -> None:
     """Ask a copy to stop; its room is given back once it is observed stopped."""
     if copy.state in WAITING or copy.state == C.FAILED:
-        transitions.move_copy(copy.pk, C.STOPPED, message="Stopped before it started.")
-        release(copy)
+        give_up_room(copy, {copy.state}, C.STOPPED, message="Stopped before it started.")
         return
     if copy.state in STOPPABLE_COPIES:
         transitions.move_copy(copy.pk, C.STOPPING, message="Stopping.")
@@ -318,9 +395,8 @@ def finish_stopping(deployment: Deployment) -> None:
 
 
 def observed_stopped(copy: Copy, message: str = "Stopped.") -> None:
-    moved = transitions.copy_if(copy.pk, {C.STOPPING}, C.STOPPED, message=message, process_id=None)
+    moved = give_up_room(copy, {C.STOPPING}, C.STOPPED, message=message, process_id=None)
     if moved is not None:
-        release(copy)
         refresh_state(copy.deployment_id)
 
 

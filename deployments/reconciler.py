@@ -13,7 +13,7 @@ from datetime import timedelta
 from django.db.models import Q
 from django.utils import timezone
 
-from deployments import launching, lifecycle, transitions
+from deployments import launching, lifecycle
 from deployments.choices import CopyState as C
 from deployments.choices import ErrorCode
 from deployments.classify import Failure
@@ -90,16 +90,14 @@ def evacuate_lost_machines() -> None:
         except Exception:  # the machine is gone; there may be nothing left to stop
             log.info("could not stop copy %s on lost machine %s", copy.pk, copy.machine)
         reason = f"Its machine {copy.machine.name} is no longer reported; placing it again."
-        moved = transitions.copy_if(
-            copy.pk,
+        lifecycle.give_up_room(
+            copy,
             {C.COPYING_FILES, C.STARTING, C.READY},
             C.PENDING,
             message=reason,
             pending_reason=reason,
             process_id=None,
         )
-        if moved is not None:
-            lifecycle.release(copy)
 
 
 def release_orphaned_reservations() -> int:

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from deployments import views
+from deployments import logs_view, views
 
 urlpatterns = [
     path("", views.deployment_list, name="deployment_list"),
@@ -10,4 +10,6 @@ urlpatterns = [
     path("<int:pk>/start/", views.start, name="deployment_start"),
     path("<int:pk>/delete/", views.delete, name="deployment_delete"),
     path("<int:pk>/check/", views.check_now, name="deployment_check_now"),
+    path("<int:pk>/logs/", logs_view.deployment_logs, name="deployment_logs"),
+    path("<int:pk>/logs/download/", logs_view.download_logs, name="deployment_logs_download"),
 ]

@@ -12,6 +12,12 @@ from console.models import Role
 from tests import factories
 
 
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings):
+    """Tests log in many times; the real hasher's cost is for attackers, not for tests."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 @pytest.fixture
 def red(db):
     return factories.make_team("red")

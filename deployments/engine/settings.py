@@ -79,6 +79,8 @@ def parse_value(setting: Setting, raw: Any) -> Any:
         raise EngineSettingsError(
             setting.name, f"must be a {'whole ' if setting.kind is int else ''}number"
         )
+    if raw != raw or raw in (float("inf"), float("-inf")):  # NaN or infinite
+        raise EngineSettingsError(setting.name, "must be a finite number")
     value = setting.kind(raw)
     if (setting.low is not None and value < setting.low) or (
         setting.high is not None and value > setting.high

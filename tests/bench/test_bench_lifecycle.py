@@ -27,6 +27,7 @@ from deployments import actions, reconciler
 from deployments.choices import DeploymentState
 from deployments.models import Deployment
 from tests import factories
+from tests.integration.test_lifecycle import on_this_server
 from tests.processes import console_processes, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.bench]
@@ -102,6 +103,7 @@ def test_host_to_deployed(tmp_path, bob, red, capsys):
     call_command("load_catalog")
     model = Model.objects.get(repo_id="Qwen/Qwen3-0.6B")
     variant = model.variants.get(name="bf16")
+    on_this_server(variant)
     baseline = one_engine_by_hand()
     rows = []
     with console_processes(tmp_path, BERTH_WATCH_EVERY_S="0.1", BERTH_RECONCILE_EVERY_S="1"):

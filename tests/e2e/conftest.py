@@ -114,3 +114,8 @@ def page(browser, transactional_db):
     opened.set_default_timeout(15_000)
     yield opened
     context.close()
+
+
+@pytest.fixture(autouse=True)
+def fast_password_hashing():
+    """The console server runs in its own process with the real hasher: keep it here too."""

@@ -198,7 +198,13 @@ DEPLOYMENT_ACTIONS = [
 def test_every_deployment_action_view_is_listed_here():
     """A new action view must join the role tests below; this fails until it does."""
     names = {p.name for p, _ in walk(get_resolver().url_patterns) if p.name}
-    actions = {n for n in names if n.startswith("deployment_")} - {"deployment_list", "deployment_detail"}
+    reading = {
+        "deployment_list",
+        "deployment_detail",
+        "deployment_logs",
+        "deployment_logs_download",
+    }
+    actions = {n for n in names if n.startswith("deployment_")} - reading
     assert actions == set(DEPLOYMENT_ACTIONS)
 
 
@@ -210,7 +216,9 @@ def snapshot(deployment) -> tuple:
 
 
 @pytest.mark.parametrize("name", DEPLOYMENT_ACTIONS)
-def test_a_viewer_posting_any_deployment_action_gets_403_and_nothing_changes(as_carol, red_deployment, name):
+def test_a_viewer_posting_any_deployment_action_gets_403_and_nothing_changes(
+    as_carol, red_deployment, name
+):
     from django.urls import reverse
 
     before = snapshot(red_deployment)
@@ -229,7 +237,9 @@ def test_an_operator_in_another_team_gets_not_found_for_any_action(as_bob, name)
     assert snapshot(green) == before
 
 
-def test_bob_may_act_on_reds_deployment_but_only_read_blues(as_bob, red_deployment, blue_deployment):
+def test_bob_may_act_on_reds_deployment_but_only_read_blues(
+    as_bob, red_deployment, blue_deployment
+):
     assert as_bob.post(f"/deployments/{red_deployment.pk}/check/").status_code == 302
     assert as_bob.post(f"/deployments/{blue_deployment.pk}/check/").status_code == 403
     page = as_bob.get(f"/deployments/{blue_deployment.pk}/").content.decode()
@@ -238,10 +248,14 @@ def test_bob_may_act_on_reds_deployment_but_only_read_blues(as_bob, red_deployme
 
 def test_a_bad_scale_says_what_is_wrong_and_changes_nothing(as_bob, red_deployment):
     before = snapshot(red_deployment)
-    response = as_bob.post(f"/deployments/{red_deployment.pk}/scale/", {"copies": "-2"}, follow=True)
+    response = as_bob.post(
+        f"/deployments/{red_deployment.pk}/scale/", {"copies": "-2"}, follow=True
+    )
     assert "Not done: copies: -2 is not allowed: use 0 to 1000." in response.content.decode()
     assert snapshot(red_deployment)[0] == before[0]
     response = as_bob.post(
-        f"/deployments/{red_deployment.pk}/scale/", {"copies": "1", "accelerators_per_copy": "1.5"}, follow=True
+        f"/deployments/{red_deployment.pk}/scale/",
+        {"copies": "1", "accelerators_per_copy": "1.5"},
+        follow=True,
     )
     assert "Not done: accelerators per copy: 1.5 is not a size" in response.content.decode()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.core.management import call_command
 
-from catalog.models import Model
+from catalog.models import Model, ServerModel
 from clusters.backends.simulator import discover_inventory
 from clusters.inventory import apply_discovery
 from clusters.models import Cluster
@@ -56,8 +56,22 @@ def running(tmp_path, catalog):
         yield processes
 
 
+def on_this_server(variant) -> None:
+    """The variant's files are kept here already (downloads are tested on their own)."""
+    ServerModel.objects.get_or_create(
+        variant=variant,
+        revision="main",
+        defaults={
+            "state": "ready",
+            "size_bytes": variant.size_bytes,
+            "path": f"/models/{variant.pk}",
+        },
+    )
+
+
 def host(actor, team, cluster, name, repo="Qwen/Qwen3-0.6B", variant="bf16", **fields):
     model = Model.objects.get(repo_id=repo)
+    on_this_server(model.variants.get(name=variant))
     request = actions.HostRequest(
         team=team,
         model=model,

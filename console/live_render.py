@@ -1,0 +1,66 @@
+"""What a live consumer sends its user: the partials of a page, rendered for that user."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Count, Q
+from django.template.loader import render_to_string
+
+from console.access import NEEDS_OPERATE, has_role, visible_deployments
+from deployments.choices import CopyState
+
+MAX_LINES_PER_MESSAGE = 500
+
+
+def deployment_parts(user: Any, deployment_id: int, csrf_token: str) -> str:
+    from deployments.views import copies_with_placement
+
+    deployment = visible_deployments(user).filter(pk=deployment_id).first()
+    if deployment is None:
+        return ""
+    context = {
+        "deployment": deployment,
+        "copies": copies_with_placement(deployment),
+        "copies_ready": deployment.copies.filter(state=CopyState.READY).count(),
+        "can_operate": has_role(user, deployment.team_id, NEEDS_OPERATE),
+        "csrf_token": csrf_token,
+        "oob": True,
+    }
+    return render_to_string("deployments/_health.html", context) + render_to_string(
+        "deployments/_copies.html", context
+    )
+
+
+def deployment_row(user: Any, deployment_id: int) -> str:
+    rows = (
+        visible_deployments(user)
+        .filter(pk=deployment_id)
+        .annotate(copies_ready=Count("copies", filter=Q(copies__state=CopyState.READY)))
+    )
+    deployment = rows.first()
+    if deployment is None:
+        return ""
+    return render_to_string("deployments/_row.html", {"d": deployment, "oob": True})
+
+
+def log_lines_after(user: Any, deployment_id: int, after: int) -> tuple[str, int]:
+    """The lines after seq `after` as rows to append, and the last seq among them."""
+    from deployments.logs_view import lines_after
+
+    if not visible_deployments(user).filter(pk=deployment_id).exists():
+        return "", after
+    lines = lines_after(deployment_id, after, MAX_LINES_PER_MESSAGE)
+    if not lines:
+        return "", after
+    html = render_to_string("deployments/_log_lines.html", {"lines": lines, "oob": True})
+    return html, lines[-1].seq
+
+
+def render(user: Any, group: str, message: dict[str, Any], csrf_token: str) -> str:
+    kind, ident = message["kind"], message["id"]
+    if group == "deployments" and kind == "deployment":
+        return deployment_row(user, ident)
+    if group.startswith("deployment-") and kind in ("deployment", "copy"):
+        return deployment_parts(user, int(group.split("-")[1]), csrf_token)
+    return ""

@@ -1,0 +1,592 @@
+"""The deployments API: host, read, scale, stop, start, check, delete and change deployments,
+and check the fit or estimate the memory of a model before hosting it.
+
+It also holds the API's shared vocabulary (the error body, strict input schemas, GiB), which
+catalog/api.py and clusters/api.py import; console/api_v1.py assembles the routers into the API.
+Changes go through deployments.actions only; access through console.access.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from decimal import Decimal
+from typing import Annotated, Any
+
+from django.core.exceptions import PermissionDenied
+from django.db.models import Prefetch
+from django.http import HttpRequest
+from ninja import Field, Router, Schema, Status
+from pydantic import AfterValidator, ConfigDict, WithJsonSchema
+
+import placement
+from catalog.models import Model, Variant
+from clusters.models import Accelerator, Cluster
+from console.access import NEEDS_OPERATE, get_deployment, has_role, team_roles, visible_deployments
+from console.access import is_platform_admin as is_staff_admin
+from console.models import Team
+from deployments import actions
+from deployments.actions import ActionRefused, HostRequest
+from deployments.choices import CopyState
+from deployments.engine.settings import CATALOG as ENGINE_SETTINGS
+from deployments.models import Copy, Deployment, Reservation
+from deployments.placing import estimate, fit_check, placement_request
+
+GIB = 2**30
+
+
+def gib(size_bytes: int) -> float:
+    return round(size_bytes / GIB, 2)
+
+
+# --- the shared vocabulary -----------------------------------------------------------------
+
+
+class ErrorOut(Schema):
+    detail: str = Field(description="what is wrong, starting with the field it is about")
+    field: str = Field("", description="the field to change; empty when it is not about one")
+
+
+class InvalidForModel(Exception):
+    """Settings that are well-formed but impossible for this model (placement said why): 422."""
+
+    def __init__(self, message: str, field: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+
+ERRORS: dict[int | str, Any] = {
+    400: ErrorOut,
+    401: ErrorOut,
+    403: ErrorOut,
+    404: ErrorOut,
+    409: ErrorOut,
+    422: ErrorOut,
+}
+
+
+# --- input types ---------------------------------------------------------------------------
+
+
+def storable_text(value: str) -> str:
+    # PostgreSQL refuses NUL in text and UTF-8 cannot encode a lone surrogate: refuse both here
+    # rather than fail at the database.
+    if "\x00" in value:
+        raise ValueError("must not contain NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("must be valid Unicode text") from None
+    return value
+
+
+Text = Annotated[str, AfterValidator(storable_text)]
+SIZE_HELP = (
+    "accelerators per copy: a share 0 < s < 1 of one GPU (e.g. 0.25, 0.5), 1, or a whole "
+    "number n > 1 of GPUs of one machine (tensor parallel)"
+)
+# A number as the client wrote it (0.1 stays 0.1, "0.5" is accepted too), below the column's
+# 999.999 and finite (JSON's 1e999 reads as infinity). What makes a size is checked by
+# deployments.actions.parse_size, in the words the wizard shows too.
+Size = Annotated[
+    Decimal,
+    Field(strict=False, lt=1000, allow_inf_nan=False),
+    WithJsonSchema({"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1000}),
+]
+
+
+class StrictSchema(Schema):
+    # JSON types as written (no "3" for 3, no true for 1) and no unknown fields, so that a typo
+    # is an error rather than a default silently used.
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+
+class HostIn(StrictSchema):
+    model: Text = Field(max_length=200, description="the model's repository id, e.g. Qwen/Qwen3-8B")
+    variant: Text = Field(max_length=40, description="a variant of the model, e.g. bf16")
+    cluster: Text = Field(max_length=63, description="the cluster's name")
+    team: Text | None = Field(
+        None, max_length=63, description="optional when you are an operator of exactly one team"
+    )
+    name: Text = Field(
+        max_length=200, description="lowercase letters, digits and dashes, e.g. qwen3-8b"
+    )
+    copies: int = Field(1, description="how many copies run, 0 to 1000")
+    accelerators_per_copy: Size = Field(1, description=SIZE_HELP)
+    engine_settings: dict[str, Any] = Field(
+        default_factory=dict, description="only what differs from the engine's defaults"
+    )
+    chat_name: Text = Field("", max_length=200, description="the name in chat; empty: not in chat")
+    reply_wait_s: int | None = Field(None, description="10 to 1800 s; null: the gateway's default")
+    revision: Text = Field(
+        "", max_length=100, description="a branch, tag or commit on Hugging Face"
+    )
+
+
+class ScaleIn(StrictSchema):
+    copies: int = Field(description="how many copies run, 0 to 1000")
+    accelerators_per_copy: Size | None = Field(None, description=f"{SIZE_HELP}; null: unchanged")
+
+
+class ChatNameIn(StrictSchema):
+    chat_name: Text = Field(max_length=200, description="empty: stop offering it in chat")
+
+
+class ReplyWaitIn(StrictSchema):
+    reply_wait_s: int | None = Field(description="10 to 1800 s; null: the gateway's default")
+
+
+class EngineSettingsIn(StrictSchema):
+    engine_settings: dict[str, Any] = Field(description="only what differs from the defaults")
+
+
+class FitCheckIn(StrictSchema):
+    model: Text = Field(max_length=200)
+    variant: Text = Field(max_length=40)
+    cluster: Text = Field(max_length=63)
+    copies: int = Field(1, description="how many copies to place, 0 to 1000")
+    accelerators_per_copy: Size = Field(1, description=SIZE_HELP)
+    engine_settings: dict[str, Any] = Field(default_factory=dict)
+
+
+class EstimateIn(StrictSchema):
+    model: Text = Field(max_length=200)
+    variant: Text = Field(max_length=40)
+    engine_settings: dict[str, Any] = Field(default_factory=dict)
+    tensor_parallel: int = Field(1, ge=1, le=1024, description="GPUs one copy is split over")
+
+
+# --- output types --------------------------------------------------------------------------
+
+
+class AcceptedOut(Schema):
+    id: int
+    state: str | None = Field(description="the state now; null once the deployment is removed")
+
+
+class CopyOut(Schema):
+    ordinal: int
+    state: str
+    topology: str = Field(description="managed_cluster or standalone_cluster")
+    node_name: str | None = Field(description="the machine the copy is placed on")
+    gpu_indexes: list[int] = Field(description="GPU indexes on the machine (a slice's parent)")
+    mig_profile: str | None
+    gpu_vendor: str | None
+    hardware_class: str | None
+    sharing_class: str | None
+    allocated_capacity_gb: float = Field(description="GiB (2^30 bytes) reserved per GPU")
+    gpu_memory_utilization: float | None
+    attempts: int
+    pending_reason: str
+    last_error_code: str | None
+    last_error_message: str
+    last_error_at: datetime | None
+
+
+class DeploymentOut(Schema):
+    id: int
+    name: str
+    team: str
+    model: str
+    variant: str
+    cluster: str
+    engine: str
+    revision: str
+    accelerators_per_copy: float
+    copies_wanted: int
+    copies_ready: int
+    engine_settings: dict[str, Any]
+    chat_name: str
+    reply_wait_s: int | None
+    state: str
+    last_message: str
+    last_checked_at: datetime | None
+    last_error_code: str | None
+    last_error_message: str
+    last_error_at: datetime | None
+    notices: list[str]
+    created_by: str | None
+    created_at: datetime
+    copies: list[CopyOut]
+
+
+class EstimateOut(Schema):
+    weights_gb: float
+    kv_cache_gb: float = Field(description="one request at max_model_len")
+    activations_gb: float
+    overhead_gb: float = Field(description="non-torch allocations and CUDA graphs")
+    total_gb: float
+    kv_cache_bytes_per_token: int
+    tensor_parallel: int
+    max_model_len: int
+
+
+class PlacedOut(Schema):
+    copy_number: int = Field(description="1-based")
+    machine: str
+    accelerators: list[int]
+    slice: str | None = Field(description="the MIG profile, when the copy runs in a slice")
+    allocated_capacity_gb: float
+    gpu_memory_utilization: float
+    hardware_class: str
+    sharing_class: str
+
+
+class NotPlacedOut(Schema):
+    copy_number: int
+    reason: str
+    message: str
+
+
+class FitCheckOut(Schema):
+    fit_now: int = Field(description="copies of this size the cluster has room for now")
+    fit_empty: int = Field(description="... and with nothing else running")
+    suggested_accelerators_per_copy: float | None
+    estimate: EstimateOut
+    placed: list[PlacedOut]
+    not_placed: list[NotPlacedOut]
+    notices: list[str]
+
+
+# --- finding what a request names ----------------------------------------------------------
+
+
+def listed(names: Iterable[str]) -> str:
+    return ", ".join(names) or "none"
+
+
+def find_model(repo_id: str) -> Model:
+    model = Model.objects.filter(repo_id=repo_id).first()
+    if model is not None:
+        return model
+    known = list(Model.objects.values_list("repo_id", flat=True))
+    close = difflib.get_close_matches(repo_id, known, n=3, cutoff=0.6)
+    hint = f"did you mean {' or '.join(close)}? " if close else ""
+    raise ActionRefused(
+        f"{repo_id} is not in the catalog; {hint}GET /api/v1/models lists the models", "model"
+    )
+
+
+def find_variant(model: Model, name: str) -> Variant:
+    variants = {variant.name: variant for variant in model.variants.all()}
+    if name in variants:
+        return variants[name]
+    raise ActionRefused(
+        f"{model.repo_id} has no variant {name}; its variants: {listed(variants)}", "variant"
+    )
+
+
+def find_cluster(name: str) -> Cluster:
+    cluster = Cluster.objects.filter(name=name).first()
+    if cluster is not None:
+        return cluster
+    names = Cluster.objects.values_list("name", flat=True)
+    raise ActionRefused(f"no cluster named {name}; clusters: {listed(names)}", "cluster")
+
+
+def teams_to_host_in(user: Any) -> list[Team]:
+    if is_staff_admin(user):
+        return list(Team.objects.all())
+    operated = [team_id for team_id in team_roles(user) if has_role(user, team_id, NEEDS_OPERATE)]
+    return list(Team.objects.filter(pk__in=operated))
+
+
+def hosting_team(user: Any, name: str | None) -> Team:
+    """The team to host in: the one named, or the user's only team they operate."""
+    teams = teams_to_host_in(user)
+    if not teams:
+        raise PermissionDenied("Hosting needs the operator role in a team; you have it in none.")
+    names = listed(team.name for team in teams)
+    if not name:
+        if len(teams) == 1:
+            return teams[0]
+        raise ActionRefused(f"name the team to host in; you can host in {names}", "team")
+    chosen = next((team for team in teams if team.name == name), None)
+    if chosen is not None:
+        return chosen
+    if Team.objects.filter(name=name, pk__in=list(team_roles(user))).exists():
+        raise PermissionDenied(
+            f"Your role in team {name} only lets you read; hosting needs operator."
+        )
+    raise ActionRefused(f"{name} is not a team you can host in; you can host in {names}", "team")
+
+
+def placement_problem(error: ValueError, size_field: str) -> InvalidForModel:
+    """Placement's `field: problem` message, with the field named as this API names it."""
+    field, sep, problem = str(error).partition(": ")
+    if not sep:
+        return InvalidForModel(str(error), "")
+    field = field.removeprefix("engine.")
+    if field in ENGINE_SETTINGS:
+        field = f"engine_settings.{field}"
+    elif field == "accelerators_per_copy":
+        field = size_field
+    return InvalidForModel(problem, field)
+
+
+# --- what a deployment looks like ----------------------------------------------------------
+
+
+def gpu_index(accelerator: Accelerator) -> int:
+    """A MIG slice is shown by its GPU's index: the one operators and nvidia-smi know."""
+    return (accelerator.parent or accelerator).index
+
+
+def copy_out(copy: Copy, topology: str) -> dict[str, Any]:
+    held = [row.accelerator for row in copy.reservations.all() if row.accelerator is not None]
+    slices = [gpu.mig_profile for gpu in held if gpu.parent_id]
+    return {
+        "ordinal": copy.ordinal,
+        "state": copy.state,
+        "topology": topology,
+        "node_name": copy.machine.name if copy.machine else None,
+        "gpu_indexes": list(dict.fromkeys(gpu_index(gpu) for gpu in held)),
+        "mig_profile": slices[0] if slices else None,
+        "gpu_vendor": held[0].vendor if held else None,
+        "hardware_class": copy.hardware_class or None,
+        "sharing_class": copy.sharing_class or None,
+        "allocated_capacity_gb": gib(copy.allocated_bytes),
+        "gpu_memory_utilization": copy.gpu_memory_utilization,
+        "attempts": copy.attempts,
+        "pending_reason": copy.pending_reason,
+        "last_error_code": copy.last_error_code or None,
+        "last_error_message": copy.last_error_message,
+        "last_error_at": copy.last_error_at,
+    }
+
+
+def deployment_out(deployment: Deployment) -> dict[str, Any]:
+    copies = list(deployment.copies.all())
+    topology = deployment.cluster.topology
+    return {
+        "id": deployment.pk,
+        "name": deployment.name,
+        "team": deployment.team.name,
+        "model": deployment.model.repo_id,
+        "variant": deployment.variant.name,
+        "cluster": deployment.cluster.name,
+        "engine": deployment.engine,
+        "revision": deployment.revision,
+        "accelerators_per_copy": float(deployment.accelerators_per_copy),
+        "copies_wanted": deployment.copies_wanted,
+        "copies_ready": sum(copy.state == CopyState.READY for copy in copies),
+        "engine_settings": deployment.engine_settings,
+        "chat_name": deployment.chat_name,
+        "reply_wait_s": deployment.reply_wait_s,
+        "state": deployment.state,
+        "last_message": deployment.last_message,
+        "last_checked_at": deployment.last_checked_at,
+        "last_error_code": deployment.last_error_code or None,
+        "last_error_message": deployment.last_error_message,
+        "last_error_at": deployment.last_error_at,
+        "notices": deployment.notices,
+        "created_by": deployment.created_by.get_username() if deployment.created_by else None,
+        "created_at": deployment.created_at,
+        "copies": [copy_out(copy, topology) for copy in copies],
+    }
+
+
+def with_copies(deployments: Any) -> Any:
+    """One query per relation, however many deployments and copies there are."""
+    held = Reservation.objects.select_related("accelerator__parent")
+    copies = (
+        Copy.objects.select_related("machine")
+        .prefetch_related(Prefetch("reservations", queryset=held))
+        .order_by("ordinal")
+    )
+    return deployments.select_related("created_by").prefetch_related(
+        Prefetch("copies", queryset=copies)
+    )
+
+
+def shown(user: Any, pk: int) -> dict[str, Any]:
+    return deployment_out(with_copies(visible_deployments(user)).get(pk=pk))
+
+
+# --- deployments ---------------------------------------------------------------------------
+
+router = Router(tags=["deployments"])
+
+
+@router.get("/deployments", response={200: list[DeploymentOut], **ERRORS})
+def list_deployments(request: HttpRequest) -> list[dict[str, Any]]:
+    """The deployments of your teams (every team's, for platform admins)."""
+    deployments = with_copies(visible_deployments(request.user)).order_by("name")
+    return [deployment_out(deployment) for deployment in deployments]
+
+
+@router.get("/deployments/{int:id}", response={200: DeploymentOut, **ERRORS})
+def show_deployment(request: HttpRequest, id: int) -> dict[str, Any]:
+    get_deployment(request.user, id)
+    return shown(request.user, id)
+
+
+@router.post("/deployments", response={202: AcceptedOut, **ERRORS})
+def host(request: HttpRequest, payload: HostIn) -> Status[dict[str, Any]]:
+    """Host a model: recorded at once (REQUESTED); placing and starting go on in the background."""
+    team = hosting_team(request.user, payload.team)
+    model = find_model(payload.model)
+    asked = HostRequest(
+        team=team,
+        model=model,
+        variant=find_variant(model, payload.variant),
+        cluster=find_cluster(payload.cluster),
+        name=payload.name,
+        copies=payload.copies,
+        accelerators_per_copy=payload.accelerators_per_copy,
+        engine_settings=payload.engine_settings,
+        chat_name=payload.chat_name,
+        reply_wait_s=payload.reply_wait_s,
+        revision=payload.revision,
+    )
+    deployment = actions.host(request.user, asked)
+    return Status(202, {"id": deployment.pk, "state": deployment.state})
+
+
+def operate(request: HttpRequest, pk: int, act: Callable[[Deployment], Any]) -> dict[str, Any]:
+    """Run one action as the user (operators only) and show the deployment after it."""
+    act(get_deployment(request.user, pk, NEEDS_OPERATE))
+    return shown(request.user, pk)
+
+
+@router.post("/deployments/{int:id}/scale", response={202: DeploymentOut, **ERRORS})
+def scale(request: HttpRequest, id: int, payload: ScaleIn) -> Status[dict[str, Any]]:
+    def act(deployment: Deployment) -> Any:
+        size = payload.accelerators_per_copy
+        return actions.scale(request.user, deployment, payload.copies, size)
+
+    return Status(202, operate(request, id, act))
+
+
+@router.post("/deployments/{int:id}/stop", response={202: DeploymentOut, **ERRORS})
+def stop(request: HttpRequest, id: int) -> Status[dict[str, Any]]:
+    return Status(202, operate(request, id, lambda d: actions.stop(request.user, d)))
+
+
+@router.post("/deployments/{int:id}/start", response={202: DeploymentOut, **ERRORS})
+def start(request: HttpRequest, id: int) -> Status[dict[str, Any]]:
+    return Status(202, operate(request, id, lambda d: actions.start(request.user, d)))
+
+
+@router.post("/deployments/{int:id}/check", response={202: DeploymentOut, **ERRORS})
+def check_now(request: HttpRequest, id: int) -> Status[dict[str, Any]]:
+    """Look at it at once; a FAILED deployment starts over."""
+    return Status(202, operate(request, id, lambda d: actions.check_now(request.user, d)))
+
+
+@router.delete("/deployments/{int:id}", response={202: AcceptedOut, **ERRORS})
+def delete(request: HttpRequest, id: int) -> Status[dict[str, Any]]:
+    """Stop every copy, then remove the deployment; the model stays on this server."""
+    actions.delete(request.user, get_deployment(request.user, id, NEEDS_OPERATE))
+    state = Deployment.objects.filter(pk=id).values_list("state", flat=True).first()
+    return Status(202, {"id": id, "state": state})
+
+
+@router.post("/deployments/{int:id}/chat-name", response={200: DeploymentOut, **ERRORS})
+def offer_in_chat(request: HttpRequest, id: int, payload: ChatNameIn) -> dict[str, Any]:
+    return operate(request, id, lambda d: actions.offer_in_chat(request.user, d, payload.chat_name))
+
+
+@router.post("/deployments/{int:id}/reply-wait", response={200: DeploymentOut, **ERRORS})
+def set_reply_wait(request: HttpRequest, id: int, payload: ReplyWaitIn) -> dict[str, Any]:
+    return operate(
+        request, id, lambda d: actions.set_reply_wait(request.user, d, payload.reply_wait_s)
+    )
+
+
+@router.post("/deployments/{int:id}/engine-settings", response={202: DeploymentOut, **ERRORS})
+def change_settings(
+    request: HttpRequest, id: int, payload: EngineSettingsIn
+) -> Status[dict[str, Any]]:
+    """New engine settings replace the copies, one generation after the other."""
+
+    def act(deployment: Deployment) -> Any:
+        return actions.change_settings(request.user, deployment, payload.engine_settings)
+
+    return Status(202, operate(request, id, act))
+
+
+# --- placement: fit checks and estimates ---------------------------------------------------
+
+placement_router = Router(tags=["placement"])
+
+
+def estimate_out(part: placement.Estimate, max_model_len: int) -> dict[str, Any]:
+    return {
+        "weights_gb": gib(part.weights_bytes),
+        "kv_cache_gb": gib(part.kv_cache_bytes),
+        "activations_gb": gib(part.activations_bytes),
+        "overhead_gb": gib(part.overhead_bytes),
+        "total_gb": gib(part.total_bytes),
+        "kv_cache_bytes_per_token": part.kv_bytes_per_token,
+        "tensor_parallel": part.tensor_parallel,
+        "max_model_len": max_model_len,
+    }
+
+
+def placed_out(placed: placement.Placement) -> dict[str, Any]:
+    return {
+        "copy_number": placed.copy,
+        "machine": placed.machine,
+        "accelerators": list(placed.accelerators),
+        "slice": placed.slice,
+        "allocated_capacity_gb": gib(placed.allocated_bytes),
+        "gpu_memory_utilization": placed.gpu_memory_utilization,
+        "hardware_class": placed.hardware_class,
+        "sharing_class": placed.sharing_class,
+    }
+
+
+def fit_check_out(result: placement.PlanResult, max_model_len: int) -> dict[str, Any]:
+    return {
+        "fit_now": result.fit_now,
+        "fit_empty": result.fit_empty,
+        "suggested_accelerators_per_copy": result.suggested_accelerators_per_copy,
+        "estimate": estimate_out(result.estimate, max_model_len),
+        "placed": [placed_out(placed) for placed in result.placed],
+        "not_placed": [
+            {"copy_number": n.copy, "reason": str(n.reason), "message": n.message}
+            for n in result.not_placed
+        ],
+        "notices": list(result.notices),
+    }
+
+
+def checked_request(
+    model: Model, variant: Variant, settings: dict[str, Any], size: Any, copies: int, field: str
+) -> placement.PlacementRequest:
+    try:
+        return placement_request(model, variant, settings, size, copies)
+    except ValueError as error:
+        raise placement_problem(error, field) from None
+
+
+@placement_router.post("/fit-check", response={200: FitCheckOut, **ERRORS})
+def check_fit(request: HttpRequest, payload: FitCheckIn) -> dict[str, Any]:
+    """How many copies fit now and on the empty cluster, where they would go, and why the rest
+    would not. Nothing is reserved."""
+    model = find_model(payload.model)
+    variant = find_variant(model, payload.variant)
+    cluster = find_cluster(payload.cluster)
+    copies = actions.parse_copies(payload.copies)
+    size = actions.parse_size(payload.accelerators_per_copy)
+    settings = actions.checked_settings(payload.engine_settings)
+    asked = checked_request(model, variant, settings, size, copies, "accelerators_per_copy")
+    return fit_check_out(fit_check(cluster, asked), asked.max_model_len)
+
+
+@placement_router.post("/estimate", response={200: EstimateOut, **ERRORS})
+def estimate_memory(request: HttpRequest, payload: EstimateIn) -> dict[str, Any]:
+    """The memory one copy needs on each of its GPUs, in parts (GiB)."""
+    model = find_model(payload.model)
+    variant = find_variant(model, payload.variant)
+    settings = actions.checked_settings(payload.engine_settings)
+    size = payload.tensor_parallel
+    asked = checked_request(model, variant, settings, size, 1, "tensor_parallel")
+    try:
+        part = estimate(model, variant, settings, size)
+    except ValueError as error:
+        raise placement_problem(error, "tensor_parallel") from None
+    return estimate_out(part, asked.max_model_len)

@@ -1,0 +1,142 @@
+"""Live updates over Channels with the real Redis layer: who may listen, what each user gets,
+and log lines delivered once and in order after a reconnect."""
+
+from __future__ import annotations
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.db import transaction
+
+from console.asgi import websocket_urls
+from deployments.choices import DeploymentState, LogStream
+from deployments.logs import write_lines
+from deployments.transitions import move_deployment
+from tests import factories
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
+CSRF_SECRET = "a" * 32
+
+
+def connect(user, group: str, query: str = "") -> WebsocketCommunicator:
+    from channels.routing import URLRouter
+
+    path = f"/ws/live/{group}/" + (f"?{query}" if query else "")
+    communicator = WebsocketCommunicator(URLRouter(websocket_urls), path)
+    communicator.scope["user"] = user
+    communicator.scope["cookies"] = {"csrftoken": CSRF_SECRET}
+    if query:
+        communicator.scope["query_string"] = query.encode()
+    return communicator
+
+
+async def refused(user, group: str) -> bool:
+    communicator = connect(user, group)
+    connected, code = await communicator.connect()
+    await communicator.disconnect()
+    return not connected and code == 4403
+
+
+async def test_anonymous_users_and_outsiders_are_refused(red):
+    from django.contrib.auth.models import AnonymousUser
+
+    deployment = await sync_to_async(factories.make_deployment)("live-one", red)
+    dave = await sync_to_async(factories.make_user)("dave")
+    assert await refused(AnonymousUser(), "deployments")
+    assert await refused(dave, f"deployment-{deployment.pk}")
+    assert await refused(dave, f"deployment-{deployment.pk}-logs")
+
+
+async def test_a_state_change_sends_one_update_after_commit_and_none_on_rollback(bob, red):
+    deployment = await sync_to_async(factories.make_deployment)("live-two", red)
+    listening = connect(bob, f"deployment-{deployment.pk}")
+    assert (await listening.connect())[0]
+
+    def roll_back() -> None:
+        with pytest.raises(RuntimeError), transaction.atomic():
+            move_deployment(deployment.pk, DeploymentState.DEPLOYING, message="placed")
+            raise RuntimeError("later step failed")
+
+    await sync_to_async(roll_back)()
+    assert await listening.receive_nothing(timeout=0.5)
+    await sync_to_async(move_deployment)(deployment.pk, DeploymentState.DEPLOYING, message="placed")
+    html = await listening.receive_from(timeout=5)
+    assert 'id="deployment-health"' in html and 'data-state="DEPLOYING"' in html
+    assert await listening.receive_nothing(timeout=0.5)
+    await listening.disconnect()
+
+
+async def test_a_viewer_gets_no_stop_button_where_an_operator_does(bob, carol, red):
+    deployment = await sync_to_async(factories.make_deployment)("live-three", red)
+    operator, viewer = (
+        connect(bob, f"deployment-{deployment.pk}"),
+        connect(carol, f"deployment-{deployment.pk}"),
+    )
+    assert (await operator.connect())[0] and (await viewer.connect())[0]
+    await sync_to_async(move_deployment)(deployment.pk, DeploymentState.DEPLOYING, message="placed")
+    for_operator, for_viewer = await operator.receive_from(5), await viewer.receive_from(5)
+    assert ">Stop</button>" in for_operator and 'name="csrfmiddlewaretoken"' in for_operator
+    assert ">Stop</button>" not in for_viewer and "csrfmiddlewaretoken" not in for_viewer
+    await operator.disconnect()
+    await viewer.disconnect()
+
+
+def add_lines(deployment, texts: list[str]) -> int:
+    from django.utils import timezone
+
+    return write_lines(
+        deployment.pk, [(None, LogStream.ENGINE, "INFO", timezone.now(), t) for t in texts]
+    )
+
+
+async def test_a_reconnect_after_seq_gets_the_missing_lines_exactly_once(bob, red):
+    deployment = await sync_to_async(factories.make_deployment)("live-four", red)
+    await sync_to_async(add_lines)(deployment, ["one", "two"])
+    first = connect(bob, f"deployment-{deployment.pk}-logs", "after=0")
+    assert (await first.connect())[0]
+    html = await first.receive_from(5)
+    assert "one" in html and "two" in html
+    await first.disconnect()
+
+    await sync_to_async(add_lines)(deployment, ["three", "four"])  # while disconnected
+    again = connect(bob, f"deployment-{deployment.pk}-logs", "after=2")
+    assert (await again.connect())[0]
+    caught_up = await again.receive_from(5)
+    assert "three" in caught_up and "four" in caught_up and "two" not in caught_up
+    await sync_to_async(add_lines)(deployment, ["five"])
+    live = await again.receive_from(5)
+    assert "five" in live and "four" not in live
+    assert await again.receive_nothing(timeout=0.5)
+    await again.disconnect()
+
+
+async def test_a_line_that_commits_late_is_not_skipped(bob, red):
+    """Seqs are taken under the deployment's row lock, so a later batch waits for an earlier
+    one to commit: reading after the last seq sent can never skip the late one."""
+    import threading
+
+    deployment = await sync_to_async(factories.make_deployment)("live-five", red)
+    listening = connect(bob, f"deployment-{deployment.pk}-logs", "after=0")
+    assert (await listening.connect())[0]
+    holding, release = threading.Event(), threading.Event()
+
+    def slow_batch() -> None:
+        with transaction.atomic():
+            add_lines(deployment, ["late"])
+            holding.set()
+            release.wait(5)
+
+    slow = threading.Thread(target=slow_batch)
+    slow.start()
+    await sync_to_async(holding.wait)(5)
+    quick = threading.Thread(target=add_lines, args=(deployment, ["quick"]))
+    quick.start()  # blocks on the row lock until the slow batch commits
+    release.set()
+    await sync_to_async(slow.join)(5)
+    await sync_to_async(quick.join)(5)
+    received = ""
+    while "quick" not in received:
+        received += await listening.receive_from(5)
+    assert received.index("late") < received.index("quick")
+    assert received.count("late") == 1 and received.count("quick") == 1
+    await listening.disconnect()
