@@ -1,0 +1,41 @@
+// Live updates are an addition: when the socket drops, say so and poll the same parts of the
+// page until it is back (htmx's ws extension reconnects by itself and then resumes).
+(function () {
+  let polling = null;
+  function banner(show) {
+    let note = document.getElementById("live-status");
+    if (!note) {
+      note = document.createElement("p");
+      note.id = "live-status";
+      note.className = "callout notice";
+      note.textContent = "Live updates paused: reconnecting. The page refreshes its figures every 5 s meanwhile.";
+      document.querySelector("main").prepend(note);
+    }
+    note.hidden = !show;
+  }
+  function pollParts() {
+    for (const id of ["deployment-health", "deployment-copies"]) {
+      if (document.getElementById(id)) {
+        htmx.ajax("GET", window.location.href, { select: "#" + id, target: "#" + id, swap: "outerHTML" });
+      }
+    }
+  }
+  document.addEventListener("htmx:wsClose", function () {
+    banner(true);
+    if (!polling) polling = setInterval(pollParts, 5000);
+  });
+  document.addEventListener("htmx:wsOpen", function () {
+    banner(false);
+    if (polling) { clearInterval(polling); polling = null; }
+  });
+  // A live log follows new lines unless the operator scrolled up to read.
+  document.addEventListener("htmx:wsAfterMessage", function () {
+    const lines = document.getElementById("log-lines");
+    if (!lines) return;
+    const nearBottom = window.innerHeight + window.scrollY >= document.body.scrollHeight - 200;
+    const rows = lines.querySelectorAll("tr");
+    // Keep the page light: only the newest few hundred lines stay in the page.
+    for (let i = 0; i < rows.length - 400; i++) rows[i].remove();
+    if (nearBottom) window.scrollTo(0, document.body.scrollHeight);
+  });
+})();

@@ -1,0 +1,97 @@
+"""The deployment page and its logs follow what happens, in Chromium, without a reload."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+
+from deployments.choices import LogStream
+from deployments.logs import write_lines
+from deployments.models import Copy
+from tests import factories
+from tests.e2e.test_navigation import log_in
+from tests.integration.test_lifecycle import host, simulated_cluster
+from tests.processes import console_processes
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def operator(transactional_db):
+    from console.models import Role
+
+    user = factories.make_user("bob")
+    team = factories.make_team("red")
+    factories.add_member(user, team, Role.OPERATOR)
+    call_command("load_catalog")
+    return user, team
+
+
+def test_the_badge_and_logs_follow_a_deployment_live_and_its_failure_shows(
+    page, console_url, operator, tmp_path
+):
+    user, team = operator
+    log_in(page, console_url, "bob")
+    cluster = simulated_cluster("live", BERTH_SIM_LOAD_S_PER_GB="3", BERTH_SIM_INIT_S="1")
+    with console_processes(tmp_path):
+        deployment = host(user, team, cluster, "watched", engine_settings={"max_model_len": 4096})
+        page.goto(f"{console_url}/deployments/{deployment.pk}/")
+        badge = page.locator("#deployment-health .badge")
+        badge.filter(has_text="Deployed").wait_for(timeout=60_000)  # no reload in between
+        assert page.locator("#copies-ready").inner_text() == "1 / 1"
+
+        page.goto(f"{console_url}/deployments/{deployment.pk}/logs/")
+        page.locator("#log-lines tr", has_text="Application startup complete").first.wait_for()
+        page.locator("#log-lines tr", has_text="serves on live-1").first.wait_for()
+
+        copy = Copy.objects.get(deployment=deployment)
+        page.goto(f"{console_url}/deployments/{deployment.pk}/")
+        page.locator("#deployment-health .badge", has_text="Deployed").wait_for()
+        os.killpg(copy.process_id, signal.SIGKILL)
+        error = page.locator("#last-error")  # appears without a reload
+        error.wait_for(timeout=30_000)
+        assert "Engine exited" in error.inner_text() or "CONTAINER_EXITED" in error.inner_text()
+        page.goto(f"{console_url}/deployments/{deployment.pk}/logs/?stream=serving")
+        page.locator("#log-lines tr", has_text="Copy 0 stopped").first.wait_for()
+
+
+def many_lines(deployment, count: int) -> None:
+    now = timezone.now()
+    batch = []
+    for n in range(count):
+        level = "ERROR" if n % 500 == 0 else "INFO"
+        stream = LogStream.SERVING if n % 10 == 0 else LogStream.ENGINE
+        batch.append((None, stream, level, now, f"line {n} of the engine log"))
+    write_lines(deployment.pk, batch)
+
+
+def test_a_20000_line_log_stays_light_and_filters_in_the_database(page, console_url, operator):
+    user, team = operator
+    deployment = factories.make_deployment("long-log", team)
+    many_lines(deployment, 20_000)
+    log_in(page, console_url, "bob")
+    page.goto(f"{console_url}/deployments/{deployment.pk}/logs/")
+    assert page.locator("#log-lines tr").count() <= 400
+    assert "line 19999 of the engine log" in page.locator("#log-lines").inner_text()
+
+    page.select_option("select[name=level]", "ERROR")
+    page.wait_for_function("document.querySelectorAll('#log-lines tr').length === 40")
+    assert all("ERROR" in row for row in page.locator("#log-lines tr").all_inner_texts())
+
+    page.select_option("select[name=level]", "")
+    page.fill("input[name=q]", "line 12345 ")
+    page.wait_for_function("document.querySelectorAll('#log-lines tr').length === 1")
+
+    page.fill("input[name=q]", "")
+    page.select_option("select[name=stream]", "serving")
+    page.wait_for_function(
+        "[...document.querySelectorAll('#log-lines tr')].every(r => r.innerText.includes('Model serving'))"
+    )
+    with page.expect_download() as download:
+        page.click("#download-logs")
+    text = open(download.value.path()).read()
+    assert text.count("\n") == 2000 and "line 19990 of the engine log" in text
