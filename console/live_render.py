@@ -32,7 +32,7 @@ def deployment_parts(user: Any, deployment_id: int, csrf_token: str) -> str:
     )
 
 
-def deployment_row(user: Any, deployment_id: int) -> str:
+def deployment_row(user: Any, deployment_id: int, csrf_token: str) -> str:
     rows = (
         visible_deployments(user)
         .filter(pk=deployment_id)
@@ -41,7 +41,9 @@ def deployment_row(user: Any, deployment_id: int) -> str:
     deployment = rows.first()
     if deployment is None:
         return ""
-    return render_to_string("deployments/_row.html", {"d": deployment, "oob": True})
+    deployment.can_operate = has_role(user, deployment.team_id, NEEDS_OPERATE)
+    context = {"d": deployment, "oob": True, "csrf_token": csrf_token}
+    return render_to_string("deployments/_row.html", context)
 
 
 def log_lines_after(user: Any, deployment_id: int, after: int) -> tuple[str, int]:
@@ -60,7 +62,7 @@ def log_lines_after(user: Any, deployment_id: int, after: int) -> tuple[str, int
 def render(user: Any, group: str, message: dict[str, Any], csrf_token: str) -> str:
     kind, ident = message["kind"], message["id"]
     if group == "deployments" and kind == "deployment":
-        return deployment_row(user, ident)
+        return deployment_row(user, ident, csrf_token)
     if group.startswith("deployment-") and kind in ("deployment", "copy"):
         return deployment_parts(user, int(group.split("-")[1]), csrf_token)
     return ""

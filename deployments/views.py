@@ -6,22 +6,60 @@ from collections.abc import Callable
 from typing import Any
 
 from django.contrib import messages
-from django.db.models import Count, Q
+from django.db.models import Count, Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from catalog.models import Model
+from clusters.models import Cluster
 from console.access import NEEDS_OPERATE, get_deployment, has_role, visible_deployments
 from deployments import actions
-from deployments.choices import CopyState
+from deployments.choices import DEPLOYMENT_ACTIVE, DEPLOYMENT_SERVING, CopyState, DeploymentState
 from deployments.models import Deployment, Reservation
+
+STATE_GROUPS = {
+    "active": DEPLOYMENT_ACTIVE,
+    "serving": DEPLOYMENT_SERVING,
+    "failed": {DeploymentState.FAILED, DeploymentState.ERROR, DeploymentState.MUST_REDOWNLOAD},
+    "stopped": {DeploymentState.STOPPING, DeploymentState.STOPPED},
+}
+
+
+def filter_deployments(deployments: QuerySet[Deployment], params: Any) -> QuerySet[Deployment]:
+    state = params.get("state", "")
+    if state in STATE_GROUPS:
+        deployments = deployments.filter(state__in=STATE_GROUPS[state])
+    elif state in DeploymentState.values:
+        deployments = deployments.filter(state=state)
+    if params.get("cluster", "").isdigit():
+        deployments = deployments.filter(cluster_id=int(params["cluster"]))
+    if params.get("model", "").isdigit():
+        deployments = deployments.filter(model_id=int(params["model"]))
+    if params.get("q"):
+        query = params["q"]
+        deployments = deployments.filter(Q(name__icontains=query) | Q(chat_name__icontains=query))
+    return deployments
 
 
 def deployment_list(request: HttpRequest) -> HttpResponse:
-    deployments = visible_deployments(request.user).annotate(
+    visible = visible_deployments(request.user)
+    deployments = filter_deployments(visible, request.GET).annotate(
         copies_ready=Count("copies", filter=Q(copies__state=CopyState.READY))
     )
-    return render(request, "deployments/list.html", {"deployments": deployments.order_by("name")})
+    rows = list(deployments.order_by("name"))
+    for row in rows:
+        row.can_operate = has_role(request.user, row.team_id, NEEDS_OPERATE)
+    context = {
+        "deployments": rows,
+        "any_at_all": visible.exists(),
+        "params": request.GET,
+        "state_groups": list(STATE_GROUPS),
+        "states": DeploymentState.choices,
+        "clusters": Cluster.objects.filter(deployments__in=visible).distinct().order_by("name"),
+        "models": Model.objects.filter(deployments__in=visible).distinct().order_by("name"),
+    }
+    return render(request, "deployments/list.html", context)
 
 
 def copies_with_placement(deployment: Deployment) -> list[Any]:
