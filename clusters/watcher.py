@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import timedelta
+import time
+from datetime import datetime, timedelta
 
 import psycopg
 from django.conf import settings
@@ -45,12 +46,29 @@ def watched_copies(cluster_id: int) -> list[Copy]:
     )
 
 
-def read_logs(backend: object, copy: Copy) -> None:
-    if copy.process_id is None and not copy.pod_name:
-        return
-    records = backend.logs(handle_for(copy), logs.last_engine_line_at(copy))  # type: ignore[attr-defined]
-    lines = [(copy, LogStream.ENGINE, r.level, r.at, r.text) for r in records]
-    logs.write_lines(copy.deployment_id, lines)
+class LogFollower:
+    """Follows the engine logs of one cluster's copies, remembering how far each was read, so
+    frequent passes cost a file read per copy and no query when nothing was printed."""
+
+    def __init__(self) -> None:
+        self.read_until: dict[int, datetime | None] = {}
+
+    def follow(self, backend: object, copy: Copy) -> None:
+        if copy.process_id is None and not copy.pod_name:
+            return
+        if copy.pk not in self.read_until:  # first look (or after a restart): ask the database
+            self.read_until[copy.pk] = logs.last_engine_line_at(copy)
+        records = backend.logs(handle_for(copy), self.read_until[copy.pk])  # type: ignore[attr-defined]
+        if not records:
+            return
+        lines = [(copy, LogStream.ENGINE, r.level, r.at, r.text) for r in records]
+        logs.write_lines(copy.deployment_id, lines)
+        self.read_until[copy.pk] = records[-1].at
+
+    def forget_others(self, copies: list[Copy]) -> None:
+        watched = {copy.pk for copy in copies}
+        for copy_id in [c for c in self.read_until if c not in watched]:
+            del self.read_until[copy_id]
 
 
 def failure_of(copy: Copy, seen: Observation) -> Failure:
@@ -106,16 +124,28 @@ def apply(copy: Copy, seen: Observation) -> None:
         Copy.objects.filter(pk=copy.pk).update(pending_reason=seen.message or seen.reason)
 
 
-def watch_once(cluster_id: int) -> int:
-    """One look at a cluster: read new log lines, then apply what the backend observes."""
+def follow_logs_once(cluster_id: int, follower: LogFollower) -> list[Copy]:
+    """New engine lines of every watched copy of the cluster into LogLines."""
     close_old_connections()
     cluster = Cluster.objects.filter(pk=cluster_id).first()
     if cluster is None:
-        return 0
+        return []
     backend = backend_for(cluster)
     copies = watched_copies(cluster_id)
+    follower.forget_others(copies)
     for copy in copies:
-        read_logs(backend, copy)
+        follower.follow(backend, copy)
+    return copies
+
+
+def watch_once(cluster_id: int, follower: LogFollower | None = None) -> int:
+    """One look at a cluster: read new log lines, then apply what the backend observes.
+
+    Logs are read first, so a copy that just exited is classified with its last lines."""
+    copies = follow_logs_once(cluster_id, follower or LogFollower())
+    if not copies:
+        return 0
+    backend = backend_for(copies[0].deployment.cluster)
     observations = {o.copy_id: o for o in backend.observe([handle_for(c) for c in copies])}
     for copy in copies:
         if copy.pk in observations:
@@ -147,14 +177,22 @@ async def hold_lock(cluster_id: int) -> psycopg.AsyncConnection:
 async def watch_cluster(cluster_id: int, stop: asyncio.Event) -> None:
     lock_connection = await hold_lock(cluster_id)
     log.info("watching cluster %s", cluster_id)
+    follower = LogFollower()
+    next_look = 0.0
     try:
         while not stop.is_set():
+            # Logs are followed often (lines should reach the pages fast); the backend is
+            # asked about the copies' health less often (each look is a request per copy).
+            looking = time.monotonic() >= next_look
+            step = watch_once if looking else follow_logs_once
             try:
-                await asyncio.to_thread(watch_once, cluster_id)
+                await asyncio.to_thread(step, cluster_id, follower)
             except Exception:  # a bad pass must not end the watch; the next one retries
                 log.exception("watching cluster %s", cluster_id)
+            if looking:
+                next_look = time.monotonic() + settings.WATCH_EVERY_S
             try:
-                await asyncio.wait_for(stop.wait(), settings.WATCH_EVERY_S)
+                await asyncio.wait_for(stop.wait(), settings.LOG_FOLLOW_EVERY_S)
             except TimeoutError:
                 pass
     finally:

@@ -111,6 +111,8 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 WATCH_EVERY_S = env_float("BERTH_WATCH_EVERY_S", 1.0, low=0.05, high=60)
+# Engine logs are followed more often than health is checked, so lines reach pages fast.
+LOG_FOLLOW_EVERY_S = env_float("BERTH_LOG_FOLLOW_EVERY_S", 0.1, low=0.01, high=60)
 # Where local engines (standalone, simulator) keep their logs and process records.
 STATE_DIR = Path(env_str("BERTH_STATE_DIR", str(BASE_DIR / "var" / "state")))
 SIMULATOR_COPY_BYTES_PER_S = env_int("BERTH_SIMULATOR_COPY_BYTES_PER_S", 20 * 2**30, low=1)

@@ -19,7 +19,7 @@ from django.db import connection
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_database_url() -> str:
+def database_url_for_tests() -> str:
     s = connection.settings_dict
     return f"postgresql://{s['USER']}:{s['PASSWORD']}@{s['HOST']}:{s['PORT']}/{s['NAME']}"
 
@@ -27,7 +27,7 @@ def test_database_url() -> str:
 def process_env(state_dir: Path, **extra: str) -> dict[str, str]:
     env = {
         **os.environ,
-        "DATABASE_URL": test_database_url(),
+        "DATABASE_URL": database_url_for_tests(),
         "BERTH_STATE_DIR": str(state_dir),
         "BERTH_RECONCILE_EVERY_S": "1",
         "BERTH_WATCH_EVERY_S": "0.3",
@@ -70,6 +70,15 @@ COMMANDS = {
 }
 
 
+def die_with_parent() -> None:
+    """In the child: be killed if the test process dies (a killed test run leaves no orphans)."""
+    import ctypes
+
+    os.setsid()
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
 class ConsoleProcesses:
     """Start, kill and restart the background processes; their output goes to files."""
 
@@ -93,7 +102,7 @@ class ConsoleProcesses:
             env=self.env,
             stdout=log,
             stderr=subprocess.STDOUT,
-            start_new_session=True,
+            preexec_fn=die_with_parent,
         )
 
     def kill(self, name: str, signum: int = signal.SIGKILL) -> None:

@@ -39,7 +39,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def test_database_url() -> str:
+def database_url_for_tests() -> str:
     s = connection.settings_dict
     return f"postgresql://{s['USER']}:{s['PASSWORD']}@{s['HOST']}:{s['PORT']}/{s['NAME']}"
 
@@ -64,7 +64,7 @@ def console_url(django_db_setup, django_db_blocker) -> Iterator[str]:
     port = free_port()
     env = {
         **os.environ,
-        "DATABASE_URL": test_database_url(),
+        "DATABASE_URL": database_url_for_tests(),
         "BERTH_ALLOWED_HOSTS": "127.0.0.1,localhost",
     }
     args = [
