@@ -105,12 +105,15 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 RECONCILE_EVERY_S = env_int("BERTH_RECONCILE_EVERY_S", 5, low=1, high=3600)
 CELERY_BEAT_SCHEDULE = {
     "reconcile": {"task": "deployments.tasks.reconcile", "schedule": float(RECONCILE_EVERY_S)},
+    "prune-logs": {"task": "deployments.tasks.prune_logs", "schedule": 300.0},
     "refresh-inventories": {
         "task": "clusters.tasks.refresh_all_inventories",
         "schedule": float(env_int("BERTH_REFRESH_EVERY_S", 30, low=1, high=86400)),
     },
 }
 WATCH_EVERY_S = env_float("BERTH_WATCH_EVERY_S", 1.0, low=0.05, high=60)
+# Log retention: the newest lines kept per copy; older ones are pruned every 5 minutes.
+LOG_LINES_PER_COPY = env_int("BERTH_LOG_LINES_PER_COPY", 20_000, low=100, high=10_000_000)
 # Engine logs are followed more often than health is checked, so lines reach pages fast.
 LOG_FOLLOW_EVERY_S = env_float("BERTH_LOG_FOLLOW_EVERY_S", 0.1, low=0.01, high=60)
 # Where local engines (standalone, simulator) keep their logs and process records.

@@ -64,3 +64,24 @@ def recent_engine_lines(copy: Copy, limit: int = 400) -> list[str]:
 def last_engine_line_at(copy: Copy) -> datetime | None:
     row = LogLine.objects.filter(copy=copy, stream=LogStream.ENGINE).order_by("-seq").first()
     return row.at if row else None
+
+
+def prune(keep_per_copy: int) -> int:
+    """Delete the oldest lines beyond `keep_per_copy` for each copy (and for lines of no copy,
+    per deployment). Returns how many went."""
+    from django.db import connection
+
+    # One statement: number each copy's lines newest first, delete those past the limit.
+    sql = """
+        DELETE FROM deployments_logline WHERE id IN (
+            SELECT id FROM (
+                SELECT id, row_number() OVER (
+                    PARTITION BY deployment_id, copy_id ORDER BY seq DESC
+                ) AS newest_first
+                FROM deployments_logline
+            ) numbered WHERE newest_first > %s
+        )
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [keep_per_copy])
+        return int(cursor.rowcount)

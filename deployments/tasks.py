@@ -50,3 +50,12 @@ def check_deployment(deployment_id: int) -> None:
 @shared_task(acks_late=True)
 def reconcile() -> None:
     reconciler.reconcile_all()
+
+
+@shared_task(acks_late=True)
+def prune_logs() -> int:
+    from django.conf import settings
+
+    from deployments import logs
+
+    return logs.prune(settings.LOG_LINES_PER_COPY)

@@ -6,10 +6,14 @@ its own element, so nothing in a setting can be read as a shell command.
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from typing import Any
 
 from deployments.engine.settings import CATALOG, validate_settings
+
+PORT_SHOWN = "<port>"  # a copy's port is chosen when it launches
+KEY_SHOWN = "********"
 
 
 @dataclass(frozen=True)
@@ -27,14 +31,18 @@ class LaunchFacts:
 
 
 def flag_arguments(settings: dict[str, Any]) -> list[str]:
+    """Each setting as its flag (sorted by name, so the argv is stable), then the other flags."""
     arguments: list[str] = []
     for name, value in sorted(settings.items()):
-        flag = CATALOG[name].flag
+        setting = CATALOG[name]
+        if name == "other_flags":
+            continue
         if isinstance(value, bool):
-            arguments += [flag] if value else []
+            arguments += [setting.flag] if value else [setting.off_flag] if setting.off_flag else []
         else:
-            arguments += [flag, str(value)]
-    return arguments
+            arguments += [setting.flag, str(value)]
+    # Already checked word by word by validate_settings; split exactly as it was checked.
+    return arguments + shlex.split(settings.get("other_flags", ""), posix=True)
 
 
 def vllm_argv(settings: dict[str, Any], facts: LaunchFacts) -> list[str]:
@@ -69,5 +77,20 @@ def redacted(argv: list[str]) -> list[str]:
     shown = list(argv)
     for position, item in enumerate(shown[:-1]):
         if item == "--api-key":
-            shown[position + 1] = "********"
+            shown[position + 1] = KEY_SHOWN
     return shown
+
+
+def preview_argv(
+    settings: dict[str, Any], facts: LaunchFacts, engine: str = "vllm", gguf_path: str = ""
+) -> list[str]:
+    """The argv a copy will be launched with, as the editor shows it: built by the same
+    function the launcher calls, with the port (chosen at launch) and the key hidden."""
+    if engine == "llamacpp":
+        argv = llamacpp_argv(settings, facts, gguf_path)
+    else:
+        argv = vllm_argv(settings, facts)
+    return [
+        PORT_SHOWN if item == str(facts.port) and argv[i - 1] == "--port" else item
+        for i, item in enumerate(redacted(argv))
+    ]

@@ -1,7 +1,9 @@
 """The vLLM settings Berth knows, their types and limits, and their validation.
 
-A deployment stores only what differs from the engine's defaults; a setting not in this
-catalog is refused, so nothing unknown ever reaches an engine's command line.
+A deployment stores only what differs from the engine's defaults, as a flat object of setting
+name to value; a setting not in this catalog is refused, so nothing unknown ever reaches an
+engine's command line. Anything else goes through `other_flags`, whose text is checked word by
+word against the flags of the vLLM version (deployments/engine/other_flags.py).
 """
 
 from __future__ import annotations
@@ -9,7 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from deployments.engine import other_flags
+from deployments.engine.versions import FlagList, flags_for
+
 KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
+RUNNERS = ("auto", "generate", "pooling")
 
 
 class EngineSettingsError(ValueError):
@@ -30,6 +36,9 @@ class Setting:
     low: float | None = None
     high: float | None = None
     choices: tuple[str, ...] = ()
+    default: Any = None  # the engine's own default; None: decided by vLLM or by Berth
+    off_flag: str = ""  # how a switch that is on by default is turned off
+    parsers: str = ""  # "tool_call_parsers" | "reasoning_parsers": choices come from the version
 
 
 CATALOG = {
@@ -47,6 +56,7 @@ CATALOG = {
             str,
             "Context cache precision",
             choices=KV_CACHE_DTYPES,
+            default="auto",
         ),
         Setting("max_num_seqs", "--max-num-seqs", int, "Requests at once", 1, 65_536),
         Setting(
@@ -57,20 +67,87 @@ CATALOG = {
             1,
             10_000_000,
         ),
-        Setting("enforce_eager", "--enforce-eager", bool, "Without CUDA graphs"),
+        Setting("enforce_eager", "--enforce-eager", bool, "Without CUDA graphs", default=False),
+        Setting(
+            "enable_prefix_caching",
+            "--enable-prefix-caching",
+            bool,
+            "Reuse shared prompt starts",
+            default=True,
+            off_flag="--no-enable-prefix-caching",
+        ),
+        Setting(
+            "enable_chunked_prefill",
+            "--enable-chunked-prefill",
+            bool,
+            "Split long prompts",
+            default=True,
+            off_flag="--no-enable-chunked-prefill",
+        ),
+        Setting(
+            "enable_auto_tool_choice",
+            "--enable-auto-tool-choice",
+            bool,
+            "Tool calling",
+            default=False,
+        ),
+        Setting(
+            "tool_call_parser",
+            "--tool-call-parser",
+            str,
+            "Tool calling format",
+            parsers="tool_call_parsers",
+        ),
+        Setting(
+            "reasoning_parser",
+            "--reasoning-parser",
+            str,
+            "Show its thinking separately",
+            parsers="reasoning_parsers",
+        ),
+        Setting("runner", "--runner", str, "Runner", choices=RUNNERS, default="auto"),
+        Setting(
+            "trust_remote_code",
+            "--trust-remote-code",
+            bool,
+            "Run the model's own code",
+            default=False,
+        ),
+        Setting("other_flags", "", str, "Other flags"),
     ]
 }
 
 
-def parse_value(setting: Setting, raw: Any) -> Any:
+def parse_value(setting: Setting, raw: Any, flags: FlagList | None = None) -> Any:
     if setting.kind is bool:
         if isinstance(raw, bool):
             return raw
         raise EngineSettingsError(setting.name, "must be true or false")
+    if setting.name == "other_flags":
+        return parse_other_flags(raw, flags or flags_for(None))
     if setting.kind is str:
-        if raw not in setting.choices:
-            raise EngineSettingsError(setting.name, f"must be one of {', '.join(setting.choices)}")
+        choices = setting.choices or parser_choices(setting, flags or flags_for(None))
+        if raw not in choices:
+            raise EngineSettingsError(setting.name, f"must be one of {', '.join(choices)}")
         return raw
+    return parse_number(setting, raw)
+
+
+def parser_choices(setting: Setting, flags: FlagList) -> tuple[str, ...]:
+    return tuple(getattr(flags, setting.parsers)) if setting.parsers else ()
+
+
+def parse_other_flags(raw: Any, flags: FlagList) -> str:
+    if not isinstance(raw, str):
+        raise EngineSettingsError("other_flags", "must be text")
+    try:
+        other_flags.check(raw, flags)
+    except other_flags.OtherFlagsError as refused:
+        raise EngineSettingsError("other_flags", "; ".join(refused.problems)) from None
+    return raw.strip()
+
+
+def parse_number(setting: Setting, raw: Any) -> Any:
     if (
         isinstance(raw, bool)
         or not isinstance(raw, int | float)
@@ -91,10 +168,16 @@ def parse_value(setting: Setting, raw: Any) -> Any:
     return value
 
 
-def validate_settings(settings: Any) -> dict[str, Any]:
-    """The settings, checked and normalised; raises EngineSettingsError naming the bad one."""
+def validate_settings(settings: Any, version: str | None = None) -> dict[str, Any]:
+    """The settings, checked and normalised; raises EngineSettingsError naming the bad one.
+
+    `version` is the cluster's vLLM version: parser names and other flags are checked against
+    its flag list. Without one (the API, the launcher) they are checked against every version
+    Berth knows, so the same hostile text is refused everywhere.
+    """
     if not isinstance(settings, dict):
         raise EngineSettingsError("engine_settings", "must be an object of setting names to values")
+    flags = flags_for(version)
     checked = {}
     for name, raw in settings.items():
         setting = CATALOG.get(name)
@@ -103,5 +186,16 @@ def validate_settings(settings: Any) -> dict[str, Any]:
             raise EngineSettingsError(
                 name, f"is not a setting Berth knows; known settings: {known}"
             )
-        checked[name] = parse_value(setting, raw)
+        value = parse_value(setting, raw, flags)
+        if name != "other_flags" or value:
+            checked[name] = value
     return checked
+
+
+def without_defaults(settings: dict[str, Any]) -> dict[str, Any]:
+    """Only what differs from the engine's defaults (what a deployment stores)."""
+    return {
+        name: value
+        for name, value in settings.items()
+        if value not in (None, "") and value != CATALOG[name].default
+    }
