@@ -20,10 +20,10 @@ from django.db import close_old_connections, connection
 from django.utils import timezone
 from psycopg.conninfo import make_conninfo
 
-from clusters.backends.base import Observation
+from clusters.backends.base import MetricSample, Observation
 from clusters.models import Cluster
 from clusters.registry import backend_for
-from deployments import lifecycle, logs, transitions
+from deployments import figures, lifecycle, logs, transitions
 from deployments.choices import CopyState as C
 from deployments.choices import ErrorCode, LogLevel, LogStream
 from deployments.classify import Failure, classify
@@ -153,6 +153,24 @@ def watch_once(cluster_id: int, follower: LogFollower | None = None) -> int:
     return len(copies)
 
 
+def scrape_once(cluster_id: int) -> None:
+    """The engines' own figures (/metrics) of every serving copy, per deployment."""
+    close_old_connections()
+    serving = list(
+        Copy.objects.filter(deployment__cluster_id=cluster_id, state=C.READY).select_related(
+            "deployment__cluster", "machine"
+        )
+    )
+    if not serving:
+        return
+    backend = backend_for(serving[0].deployment.cluster)
+    by_deployment: dict[int, list[list[MetricSample]]] = {}
+    for copy in serving:
+        by_deployment.setdefault(copy.deployment_id, []).append(backend.metrics(handle_for(copy)))
+    for deployment_id, samples in by_deployment.items():
+        figures.record(deployment_id, samples)
+
+
 def database_dsn() -> str:
     s = connection.settings_dict
     return make_conninfo(
@@ -178,7 +196,7 @@ async def watch_cluster(cluster_id: int, stop: asyncio.Event) -> None:
     lock_connection = await hold_lock(cluster_id)
     log.info("watching cluster %s", cluster_id)
     follower = LogFollower()
-    next_look = 0.0
+    next_look = next_scrape = 0.0
     try:
         while not stop.is_set():
             # Logs are followed often (lines should reach the pages fast); the backend is
@@ -191,6 +209,12 @@ async def watch_cluster(cluster_id: int, stop: asyncio.Event) -> None:
                 log.exception("watching cluster %s", cluster_id)
             if looking:
                 next_look = time.monotonic() + settings.WATCH_EVERY_S
+            if time.monotonic() >= next_scrape:
+                next_scrape = time.monotonic() + settings.METRICS_EVERY_S
+                try:
+                    await asyncio.to_thread(scrape_once, cluster_id)
+                except Exception:  # figures are an addition; a failed scrape is tried again
+                    log.exception("scraping cluster %s", cluster_id)
             try:
                 await asyncio.wait_for(stop.wait(), settings.LOG_FOLLOW_EVERY_S)
             except TimeoutError:

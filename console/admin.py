@@ -1,6 +1,58 @@
+from typing import Any
+
+from django import forms
 from django.contrib import admin
 
 from console.models import ApiKey, Membership, Team
+
+
+class WriteOnlyInput(forms.PasswordInput):
+    """Never renders a value back, not even what was just submitted with an error."""
+
+    def __init__(self) -> None:
+        super().__init__(render_value=False, attrs={"autocomplete": "off"})
+
+
+class TeamAdminForm(forms.ModelForm):
+    """The Hugging Face token is write-only: stored encrypted, never shown back."""
+
+    hf_token = forms.CharField(
+        label="Hugging Face token",
+        widget=WriteOnlyInput(),
+        required=False,
+        strip=True,
+        max_length=200,
+        help_text=(
+            "Used to download gated models for this team. Paste a token to replace the stored "
+            "one; leave empty to keep it. It is never shown back."
+        ),
+    )
+    forget_hf_token = forms.BooleanField(
+        label="Forget the stored Hugging Face token", required=False
+    )
+
+    class Meta:
+        model = Team
+        fields = ["name", "description"]
+
+    def clean_hf_token(self) -> str:
+        token = self.cleaned_data.get("hf_token", "")
+        if token and (len(token) < 8 or any(c.isspace() or not c.isprintable() for c in token)):
+            # The message never repeats the token.
+            raise forms.ValidationError(
+                "That is not a Hugging Face token: one word of at least 8 characters, e.g. hf_…"
+            )
+        return token
+
+    def save(self, commit: bool = True) -> Any:
+        team = super().save(commit=False)
+        if self.cleaned_data.get("hf_token"):
+            team.set_hf_token(self.cleaned_data["hf_token"])
+        elif self.cleaned_data.get("forget_hf_token"):
+            team.set_hf_token("")
+        if commit:
+            team.save()
+        return team
 
 
 class MembershipInline(admin.TabularInline):
@@ -11,9 +63,15 @@ class MembershipInline(admin.TabularInline):
 
 @admin.register(Team)
 class TeamAdmin(admin.ModelAdmin):
-    list_display = ["name", "description", "created_at"]
+    form = TeamAdminForm
+    list_display = ["name", "description", "has_hf_token", "created_at"]
     search_fields = ["name", "description"]
+    readonly_fields = ["has_hf_token"]
     inlines = [MembershipInline]
+
+    @admin.display(boolean=True, description="Hugging Face token set")
+    def has_hf_token(self, team: Team) -> bool:
+        return team.has_hf_token
 
 
 @admin.register(Membership)

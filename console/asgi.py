@@ -1,4 +1,8 @@
-"""ASGI entry point: HTTP through Django, WebSockets through Channels (session-authenticated)."""
+"""ASGI entry point: HTTP through Django, WebSockets through Channels (session-authenticated).
+
+/metrics (the gateway's figures for Prometheus) is answered before Django's middleware: it takes
+an API key as well as a staff login. The gateway itself (/v1/…) runs as its own process
+(gateway/asgi.py)."""
 
 import os
 
@@ -13,12 +17,13 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from django.urls import re_path  # noqa: E402
 
 from console.consumers import LiveConsumer  # noqa: E402
+from gateway.app import in_front_of  # noqa: E402
 
 websocket_urls = [re_path(r"^ws/live/(?P<group>[a-z0-9-]{1,80})/$", LiveConsumer.as_asgi())]
 
 application = ProtocolTypeRouter(
     {
-        "http": django_http,
+        "http": in_front_of(django_http),
         "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urls))),
     }
 )

@@ -59,8 +59,25 @@ def log_lines_after(user: Any, deployment_id: int, after: int) -> tuple[str, int
     return html, lines[-1].seq
 
 
+def engine_figures(user: Any, deployment_id: int) -> str:
+    from django.conf import settings
+
+    from deployments import figures
+
+    if not visible_deployments(user).filter(pk=deployment_id).exists():
+        return ""
+    context = {
+        "figures": figures.summary(deployment_id),
+        "every": settings.METRICS_EVERY_S,
+        "oob": True,
+    }
+    return render_to_string("deployments/_engine_figures.html", context)
+
+
 def render(user: Any, group: str, message: dict[str, Any], csrf_token: str) -> str:
     kind, ident = message["kind"], message["id"]
+    if kind == "figures" and group == f"deployment-{ident}":
+        return engine_figures(user, ident)
     if group == "deployments" and kind == "deployment":
         return deployment_row(user, ident, csrf_token)
     if group.startswith("deployment-") and kind in ("deployment", "copy"):

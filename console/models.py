@@ -9,6 +9,8 @@ from django.conf import settings
 from django.core.validators import RegexValidator
 from django.db import models
 
+from console import crypto
+
 SLUG_PATTERN = r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$"
 slug_validator = RegexValidator(
     SLUG_PATTERN, "Use lowercase letters, digits and dashes; start and end with a letter or digit."
@@ -31,6 +33,8 @@ class Team(models.Model):
     name = models.CharField(max_length=63, unique=True, validators=[slug_validator])
     description = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # Downloads gated models for the team; encrypted, write-only (never rendered back).
+    hf_token_encrypted = models.TextField(blank=True, editable=False)
 
     class Meta:
         ordering = ["name"]
@@ -42,6 +46,16 @@ class Team(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def set_hf_token(self, token: str) -> None:
+        self.hf_token_encrypted = crypto.encrypt(token) if token else ""
+
+    def hf_token(self) -> str:
+        return crypto.decrypt(self.hf_token_encrypted) if self.hf_token_encrypted else ""
+
+    @property
+    def has_hf_token(self) -> bool:
+        return bool(self.hf_token_encrypted)
 
 
 class Membership(models.Model):

@@ -112,6 +112,8 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 WATCH_EVERY_S = env_float("BERTH_WATCH_EVERY_S", 1.0, low=0.05, high=60)
+# How often the watcher scrapes the engines' /metrics for the deployment pages.
+METRICS_EVERY_S = env_float("BERTH_METRICS_EVERY_S", 10.0, low=0.1, high=3600)
 # Log retention: the newest lines kept per copy; older ones are pruned every 5 minutes.
 LOG_LINES_PER_COPY = env_int("BERTH_LOG_LINES_PER_COPY", 20_000, low=100, high=10_000_000)
 # Engine logs are followed more often than health is checked, so lines reach pages fast.

@@ -249,3 +249,26 @@ class LogLine(models.Model):
 
     def __str__(self) -> str:
         return f"{self.deployment_id}#{self.seq} {self.text[:60]}"
+
+
+class EngineFigures(models.Model):
+    """What a deployment's engines reported on /metrics at one moment, summed over its copies."""
+
+    deployment = models.ForeignKey(
+        Deployment, on_delete=models.CASCADE, related_name="engine_figures"
+    )
+    at = models.DateTimeField(db_index=True)
+    copies = models.PositiveIntegerField(default=0)
+    requests_running = models.FloatField(default=0)
+    requests_waiting = models.FloatField(default=0)
+    kv_cache_usage = models.FloatField(default=0, help_text="the highest of its copies, 0..1")
+    prompt_tokens_total = models.FloatField(default=0)
+    generation_tokens_total = models.FloatField(default=0)
+    ttft_seconds_sum = models.FloatField(default=0)
+    ttft_count = models.FloatField(default=0)
+
+    class Meta:
+        ordering = ["deployment", "-at"]
+
+    def __str__(self) -> str:
+        return f"{self.deployment_id} at {self.at:%H:%M:%S}"

@@ -56,6 +56,6 @@ def reconcile() -> None:
 def prune_logs() -> int:
     from django.conf import settings
 
-    from deployments import logs
+    from deployments import figures, logs
 
-    return logs.prune(settings.LOG_LINES_PER_COPY)
+    return logs.prune(settings.LOG_LINES_PER_COPY) + figures.prune()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.db.models import Count, Q, QuerySet
 from django.http import HttpRequest, HttpResponse
@@ -14,7 +15,7 @@ from django.views.decorators.http import require_POST
 from catalog.models import Model
 from clusters.models import Cluster
 from console.access import NEEDS_OPERATE, get_deployment, has_role, visible_deployments
-from deployments import actions
+from deployments import actions, figures
 from deployments.choices import DEPLOYMENT_ACTIVE, DEPLOYMENT_SERVING, CopyState, DeploymentState
 from deployments.models import Deployment, Reservation
 
@@ -88,6 +89,8 @@ def deployment_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "copies_ready": deployment.copies.filter(state=CopyState.READY).count(),
         "events": deployment.events.select_related("actor")[:50],
         "can_operate": has_role(request.user, deployment.team_id, NEEDS_OPERATE),
+        "figures": figures.summary(deployment.pk),
+        "every": settings.METRICS_EVERY_S,
     }
     return render(request, "deployments/detail.html", context)
 

@@ -1,0 +1,322 @@
+"""The engine-settings editor: one editor for the hosting wizard and for a deployment's page.
+
+It reads the controls into the flat settings a deployment stores, applies a preset ("Tuned for")
+to the settings it is about, and shows what the settings mean before they are saved: warnings
+for settings that will not start, the exact argv the launcher builds, and every flag of the
+cluster's vLLM version. Saving on a deployment goes through actions.change_settings, which
+replaces the copies one generation after the other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_POST
+
+from catalog.models import Model, Variant
+from clusters.models import Cluster
+from console.access import NEEDS_OPERATE, get_deployment
+from deployments import actions
+from deployments.engine import presets, suggestions
+from deployments.engine.argv import LaunchFacts, preview_argv
+from deployments.engine.context import EngineContext
+from deployments.engine.settings import CATALOG, EngineSettingsError, validate_settings
+from deployments.engine.variants import hardware_of
+from deployments.engine.versions import FlagSpec, flag_list, version_for
+from deployments.engine.warnings import EngineWarning, warnings_for
+from deployments.models import Deployment
+from deployments.placing import fit_check, placement_request
+from deployments.wizard_forms import EngineSettingsForm
+
+MODE_KEY = "berth_editor_mode"
+MODES = ("novice", "advanced")
+GROUPS = [
+    ("Context and memory", ["max_model_len", "memory_share", "kv_fp8"]),
+    ("Throughput", ["max_num_seqs", "max_num_batched_tokens", "prefix_caching", "chunked_prefill"]),
+    ("What it can do", ["tool_calling", "tool_call_parser", "reasoning_parser", "embeddings"]),
+    ("Compatibility", ["enforce_eager", "trust_remote_code"]),
+]
+NOVICE_GROUPS = [
+    ("Context", ["max_model_len"]),
+    ("What it can do", ["tool_calling", "thinking"]),
+]
+# Which stored setting each control changes, to mark what a preset changed.
+CONTROL_OF = {
+    "max_model_len": "max_model_len",
+    "gpu_memory_utilization": "memory_share",
+    "kv_cache_dtype": "kv_fp8",
+    "max_num_seqs": "max_num_seqs",
+    "max_num_batched_tokens": "max_num_batched_tokens",
+    "enable_prefix_caching": "prefix_caching",
+    "enable_chunked_prefill": "chunked_prefill",
+    "enable_auto_tool_choice": "tool_calling",
+    "tool_call_parser": "tool_call_parser",
+    "reasoning_parser": "reasoning_parser",
+    "runner": "embeddings",
+    "enforce_eager": "enforce_eager",
+    "trust_remote_code": "trust_remote_code",
+}
+FLAG_LIST_LIMIT = 400
+
+
+def mode_of(request: HttpRequest) -> str:
+    """Novice or advanced, remembered in the user's session (no extra cookie, no table)."""
+    mode = request.session.get(MODE_KEY, "novice")
+    return mode if mode in MODES else "novice"
+
+
+@dataclass
+class Where:
+    """Where the settings will run: enough to build an EngineContext and the preview."""
+
+    model: Model
+    variant: Variant
+    cluster: Cluster | None
+    size: float
+    served_name: str
+    revision: str = ""
+
+    def context(self) -> EngineContext:
+        hardware = hardware_of(self.cluster) if self.cluster else None
+        return EngineContext(
+            model=self.model,
+            variant=self.variant,
+            version=version_for(self.cluster.engine_version if self.cluster else ""),
+            size=self.size,
+            gpu_memory_bytes=hardware.gpu_memory_bytes if hardware else None,
+            gpu_product=hardware.product if hardware else "",
+        )
+
+
+@dataclass
+class EditorState:
+    """Everything the editor's templates show."""
+
+    where: Where
+    context: EngineContext
+    settings: dict[str, Any]
+    form: EngineSettingsForm
+    mode: str
+    preset: str = ""
+    preset_changed: list[str] = field(default_factory=list)
+    notices: list[str] = field(default_factory=list)
+    error: str = ""
+
+    @property
+    def novice(self) -> bool:
+        return self.mode == "novice"
+
+    @property
+    def suggestions(self) -> list[suggestions.Suggestion]:
+        return suggestions.suggest(self.context)
+
+    @property
+    def warnings(self) -> list[EngineWarning]:
+        return warnings_for(self.settings, self.context)
+
+    def warnings_by_control(self) -> dict[str, list[str]]:
+        shown: dict[str, list[str]] = {}
+        for warning in self.warnings:
+            control = CONTROL_OF.get(warning.setting, warning.setting)
+            shown.setdefault(control, []).append(warning.message)
+        return shown
+
+    @property
+    def preview(self) -> list[str]:
+        return preview_for(self.where, self.context, self.settings)
+
+    @property
+    def preview_text(self) -> str:
+        return " ".join(quote(item) for item in self.preview)
+
+    @property
+    def presets(self) -> list[presets.Preset]:
+        return list(presets.PRESETS.values())
+
+    def groups(self) -> list[tuple[str, list[Any]]]:
+        chosen = NOVICE_GROUPS if self.novice else GROUPS
+        if self.context.engine == "llamacpp":
+            chosen = [("Context and throughput", ["max_model_len", "max_num_seqs"])]
+        return [(title, [self.form[name] for name in names]) for title, names in chosen]
+
+    def changed_controls(self) -> set[str]:
+        return {CONTROL_OF.get(name, name) for name in self.preset_changed}
+
+    def changed_labels(self) -> list[str]:
+        return [CATALOG[name].label for name in self.preset_changed if name in CATALOG]
+
+    def suggestion_by_control(self) -> dict[str, str]:
+        return {CONTROL_OF.get(s.setting, s.setting): s.why for s in self.suggestions}
+
+    def flags(self, query: str) -> list[FlagSpec]:
+        return flag_list(self.context.version).search(query)[:FLAG_LIST_LIMIT]
+
+
+def quote(item: str) -> str:
+    import shlex
+
+    return shlex.quote(item)
+
+
+def preview_for(where: Where, context: EngineContext, settings: dict[str, Any]) -> list[str]:
+    """The argv the launcher will build for a copy, from the same argv function."""
+    facts = LaunchFacts(
+        model=where.model.repo_id,
+        served_name=where.served_name,
+        port=8000,
+        api_key="preview",
+        gpu_memory_utilization=context.share(settings),
+        tensor_parallel=context.tensor_parallel,
+        revision=where.revision,
+    )
+    try:
+        return preview_argv(settings, facts, context.engine, where.variant.gguf_file)
+    except EngineSettingsError as error:
+        return [f"(not valid: {error})"]
+
+
+def build_state(
+    where: Where,
+    settings: dict[str, Any],
+    mode: str,
+    data: Any = None,
+    preset: str = "",
+) -> EditorState:
+    context = where.context()
+    suggested = suggestions.suggested_settings(context)
+    initial = EngineSettingsForm.initial_from(settings)
+    form = EngineSettingsForm(
+        data, initial=initial, context=context, novice=mode == "novice", suggested=suggested
+    )
+    return EditorState(where, context, settings, form, mode, preset=preset)
+
+
+@dataclass
+class EditorResult:
+    """What a POST to the editor did: the state to show, and whether the settings are good."""
+
+    state: EditorState
+    valid: bool
+
+
+def read_post(
+    request: HttpRequest, where: Where, settings: dict[str, Any], preset: str = ""
+) -> EditorResult:
+    """Read the editor's controls; apply a preset when one was chosen."""
+    mode = request.POST.get("editor_mode", mode_of(request))
+    state = build_state(where, settings, mode if mode in MODES else "novice", request.POST, preset)
+    if not state.form.is_valid():
+        return EditorResult(state, False)
+    new = state.form.settings(settings)
+    try:
+        new = validate_settings(new, state.context.version)
+    except EngineSettingsError as error:
+        state.error = f"{CATALOG[error.field].label if error.field in CATALOG else error.field}: "
+        state.error += error.message
+        return EditorResult(state, False)
+    chosen = request.POST.get("preset", "")
+    if chosen in presets.PRESETS:
+        return EditorResult(tuned(where, new, state, chosen), True)
+    state.settings = new
+    state.notices += [state.form.capped] if state.form.capped else []
+    return EditorResult(state, True)
+
+
+def tuned(where: Where, settings: dict[str, Any], state: EditorState, key: str) -> EditorState:
+    """The editor after a preset: a fresh form showing the tuned settings, changes marked."""
+    after = presets.apply(key, settings, state.context)
+    fresh = build_state(where, after, state.mode, preset=key)
+    fresh.preset_changed = presets.changed(settings, after)
+    label = presets.PRESETS[key].label
+    if fresh.preset_changed:
+        fresh.notices.append(f"Tuned for {label}: changed {', '.join(fresh.changed_labels())}.")
+    else:
+        fresh.notices.append(f"Tuned for {label}: the settings were tuned for it already.")
+    return fresh
+
+
+# --- on a deployment's page: Engine settings → Change -----------------------------------------
+
+
+def where_of(deployment: Deployment) -> Where:
+    return Where(
+        model=deployment.model,
+        variant=deployment.variant,
+        cluster=deployment.cluster,
+        size=float(deployment.accelerators_per_copy),
+        served_name=deployment.name,
+        revision=deployment.revision,
+    )
+
+
+def restart_words(deployment: Deployment, settings: dict[str, Any]) -> str:
+    """What Save will do to the running copies, said before Save."""
+    if deployment.state in ("STOPPED", "STOPPING"):
+        return "It is stopped: the new settings apply when it starts."
+    if deployment.copies_wanted > 1:
+        return "Saving replaces the copies one at a time, so the deployment keeps serving."
+    try:
+        asked = placement_request(
+            deployment.model, deployment.variant, settings, deployment.accelerators_per_copy, 1
+        )
+        room = fit_check(deployment.cluster, asked).fit_now
+    except ValueError:
+        room = 0
+    if room:
+        return "Saving starts a new copy beside the running one, then stops the old one."
+    return (
+        "There is no room for a new copy beside the running one: the deployment will be "
+        "unavailable while its copy restarts with the new settings."
+    )
+
+
+def page_context(deployment: Deployment, state: EditorState, request: HttpRequest) -> dict:
+    return {
+        "deployment": deployment,
+        "editor": state,
+        "flag_query": request.GET.get("flag_q", ""),
+        "restart_words": restart_words(deployment, state.settings),
+        "check_url": f"/deployments/{deployment.pk}/settings/check/",
+    }
+
+
+@never_cache
+def engine_settings(request: HttpRequest, pk: int) -> HttpResponse:
+    """Change a deployment's engine settings (operators of its team)."""
+    deployment = get_deployment(request.user, pk, NEEDS_OPERATE)
+    where = where_of(deployment)
+    if request.method != "POST":
+        state = build_state(where, deployment.engine_settings, mode_of(request))
+        state.preset = presets.matching(state.settings, state.context)
+        context = page_context(deployment, state, request)
+        return render(request, "deployments/editor/page.html", context)
+    result = read_post(request, where, deployment.engine_settings)
+    if result.valid and request.POST.get("action") == "save":
+        return save(request, deployment, result.state)
+    return render(request, "deployments/editor/page.html", page_context(deployment, result.state, request))
+
+
+def save(request: HttpRequest, deployment: Deployment, state: EditorState) -> HttpResponse:
+    if state.settings == deployment.engine_settings:
+        messages.info(request, "Nothing changed: the engine settings are as they were.")
+        return redirect("deployment_detail", pk=deployment.pk)
+    try:
+        actions.change_settings(request.user, deployment, state.settings)
+    except actions.ActionRefused as refused:
+        state.error = refused.message
+        return render(request, "deployments/editor/page.html", page_context(deployment, state, request))
+    messages.success(request, f"Engine settings saved. {restart_words(deployment, state.settings)}")
+    return redirect("deployment_detail", pk=deployment.pk)
+
+
+@require_POST
+def check_settings(request: HttpRequest, pk: int) -> HttpResponse:
+    """The warnings and the preview for the controls as they are now (htmx; nothing saved)."""
+    deployment = get_deployment(request.user, pk, NEEDS_OPERATE)
+    result = read_post(request, where_of(deployment), deployment.engine_settings)
+    return render(request, "deployments/editor/_check.html", {"editor": result.state})

@@ -1,0 +1,302 @@
+"""The fit check in words (for the wizard and the scale dialog), and the scale dialog.
+
+The words come from placement's answer: how many copies fit now and on the empty cluster, what one
+copy needs (the estimate's parts) against what each accelerator has, the NoFit reason with its
+fix, and a size that would fit better.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, replace
+from decimal import Decimal
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.cache import never_cache
+
+import placement
+from clusters.snapshot import inventory_for, reservation_to_inventory
+from console.access import NEEDS_OPERATE, get_deployment
+from deployments import actions
+from deployments.engine.context import DEFAULT_SHARE, SHARED_LIMIT
+from deployments.engine.variants import Hardware, hardware_of
+from deployments.models import Deployment, Reservation
+from deployments.placing import placement_request
+from deployments.wizard_forms import size_label, size_text
+
+
+def gib(value: float) -> str:
+    return f"{value / placement.GIB:.2f} GiB"
+
+
+def copies_words(count: int) -> str:
+    return f"{count} cop{'y' if count == 1 else 'ies'}"
+
+
+@dataclass(frozen=True)
+class FitWords:
+    """The fit check as the wizard and the scale dialog say it."""
+
+    level: str  # ok | partial | none_now | never | invalid
+    headline: str
+    empty: str = ""
+    needs: str = ""
+    has: str = ""
+    reason: str = ""
+    suggestion: str = ""  # a size, as the forms carry it
+    suggestion_label: str = ""
+    suggestion_words: str = ""
+    fit_now: int = 0
+    fit_empty: int = 0
+
+
+def needs_words(estimate: placement.Estimate, max_model_len: int) -> str:
+    where = (
+        f"each of its {estimate.tensor_parallel} accelerators"
+        if estimate.tensor_parallel > 1
+        else "its accelerator"
+    )
+    return (
+        f"Each copy needs {gib(estimate.total_bytes)} on {where}: weights "
+        f"{gib(estimate.weights_bytes)}, context cache {gib(estimate.kv_cache_bytes)} "
+        f"({max_model_len:,} tokens), working memory {gib(estimate.activations_bytes)}, engine "
+        f"overhead {gib(estimate.overhead_bytes)}."
+    )
+
+
+def engine_share(size: float, asked: float | None) -> float:
+    default = DEFAULT_SHARE * size if size < 1 else DEFAULT_SHARE
+    limit = SHARED_LIMIT * size if size < 1 else 1.0
+    return min(asked, limit) if asked else default
+
+
+def has_words(hardware: Hardware, size: float, asked: float | None = None) -> str:
+    if not hardware.gpu_memory_bytes:
+        return "This cluster reports no accelerator memory."
+    memory = hardware.gpu_memory_bytes
+    share = engine_share(size, asked)
+    product = f" ({hardware.product})" if hardware.product else ""
+    engine = f"{gib(memory * share)} ({share:.0%} of its memory)"
+    if size < 1:
+        return (
+            f"Each accelerator here has {gib(memory)}{product}; a copy of "
+            f"{size_label(size)} gives the engine {engine}."
+        )
+    return f"Each accelerator here has {gib(memory)}{product}; the engine may use {engine}."
+
+
+def headline(result: placement.PlanResult, copies: int) -> tuple[str, str]:
+    now, empty = min(result.fit_now, copies), result.fit_empty
+    if copies == 0:
+        return "ok", "No copies asked for: the deployment is kept, but nothing runs."
+    if now >= copies:
+        return "ok", "The copy fits now." if copies == 1 else f"All {copies} copies fit now."
+    if now > 0:
+        rest = copies - now
+        return "partial", (
+            f"{now} of {copies} copies fit now; the other {rest} start when room frees up."
+        )
+    if empty > 0:
+        return "none_now", (
+            "No copy fits right now: hosting it now would fail at once. Free room first (stop or "
+            "scale down a deployment on this cluster), or make each copy smaller."
+        )
+    return "never", "No copy can ever fit on this cluster as it is."
+
+
+def empty_words(result: placement.PlanResult) -> str:
+    count = result.fit_empty
+    if count == 0:
+        return "Even on an empty cluster, no copy of this size fits."
+    return f"On an empty cluster, {copies_words(count)} of this size fit."
+
+
+def describe_fit(
+    result: placement.PlanResult,
+    request: placement.PlacementRequest,
+    hardware: Hardware,
+    better: placement.PlanResult | None = None,
+) -> FitWords:
+    level, words = headline(result, request.copies)
+    reason = result.not_placed[0].message if result.not_placed else ""
+    size = request.accelerators_per_copy
+    suggestion = suggestion_words(result, size, better)
+    return FitWords(
+        level=level,
+        headline=words,
+        empty=empty_words(result),
+        needs=needs_words(result.estimate, request.max_model_len),
+        has=has_words(hardware, size, request.engine.gpu_memory_utilization),
+        reason=reason,
+        fit_now=result.fit_now,
+        fit_empty=result.fit_empty,
+        **suggestion,
+    )
+
+
+def suggestion_words(
+    result: placement.PlanResult, size: float, better: placement.PlanResult | None
+) -> dict[str, str]:
+    """A different size when it fits better: more copies now, or any at all."""
+    suggested = result.suggested_accelerators_per_copy
+    if suggested is None or better is None or abs(suggested - size) < 1e-9:
+        return {}
+    if not (better.fit_now > result.fit_now or result.fit_empty == 0):
+        return {}
+    label = size_label(suggested)
+    return {
+        "suggestion": size_text(suggested),
+        "suggestion_label": label,
+        "suggestion_words": (
+            f"{label[0].upper()}{label[1:]} would fit better: {copies_words(better.fit_now)} of "
+            f"that size fit now, {better.fit_empty} on an empty cluster."
+        ),
+    }
+
+
+def invalid(error: ValueError) -> FitWords:
+    field, _, problem = str(error).partition(": ")
+    words = f"{field.replace('engine.', '').replace('_', ' ')}: {problem}" if problem else str(error)
+    return FitWords(level="invalid", headline=f"This cannot be placed: {words}.")
+
+
+def check(
+    inventory: placement.Inventory, request: placement.PlacementRequest, hardware: Hardware
+) -> FitWords:
+    """Plan on `inventory`, and once more at the suggested size when it differs."""
+    try:
+        result = placement.plan(inventory, request)
+    except ValueError as error:
+        return invalid(error)
+    better = None
+    suggested = result.suggested_accelerators_per_copy
+    if suggested is not None and abs(suggested - request.accelerators_per_copy) > 1e-9:
+        try:
+            better = placement.plan(
+                inventory, replace(request, accelerators_per_copy=suggested, copies=1)
+            )
+        except ValueError:
+            better = None
+    return describe_fit(result, request, hardware, better)
+
+
+# --- the scale dialog --------------------------------------------------------------------------
+
+
+def inventory_without(deployment: Deployment) -> placement.Inventory:
+    """The cluster as if this deployment's copies held nothing: scaling re-uses their room."""
+    inventory = inventory_for(deployment.cluster)
+    rows = Reservation.objects.filter(copy__deployment=deployment).select_related(
+        "machine", "accelerator__parent"
+    )
+    own = Counter(r for r in map(reservation_to_inventory, rows) if r is not None)
+    kept = []
+    for held in inventory.reservations:
+        if own[held] > 0:
+            own[held] -= 1
+        else:
+            kept.append(held)
+    return placement.Inventory(inventory.machines, tuple(kept), inventory.sharing)
+
+
+@dataclass(frozen=True)
+class ScaleWords:
+    fit: FitWords
+    per_copy: str
+    cluster: str
+    cannot_start: str
+    own_accelerator: str
+
+
+def scale_words(deployment: Deployment, copies: int, size: Decimal) -> ScaleWords:
+    hardware = hardware_of(deployment.cluster)
+    try:
+        asked = placement_request(
+            deployment.model, deployment.variant, deployment.engine_settings, size, copies
+        )
+    except ValueError as error:
+        return ScaleWords(invalid(error), "", "", "", "")
+    fit = check(inventory_without(deployment), asked, hardware)
+    return ScaleWords(
+        fit=fit,
+        per_copy=per_copy_words(hardware, float(size), deployment.engine_settings),
+        cluster=cluster_words(hardware, fit, float(size)),
+        cannot_start=cannot_start_words(fit, copies),
+        own_accelerator=(
+            "A share above 0.5 keeps each copy on an accelerator of its own."
+            if 0.5 < size < 1
+            else ""
+        ),
+    )
+
+
+def per_copy_words(hardware: Hardware, size: float, settings: dict[str, Any]) -> str:
+    used = size_label(size)
+    text = f"Each copy uses {used}."
+    if hardware.gpu_memory_bytes:
+        share = engine_share(size, settings.get("gpu_memory_utilization"))
+        text += (
+            f" The engine takes {share:.0%} of each accelerator's memory: "
+            f"{gib(hardware.gpu_memory_bytes * share)} of {gib(hardware.gpu_memory_bytes)}."
+        )
+    return text
+
+
+def cluster_words(hardware: Hardware, fit: FitWords, size: float) -> str:
+    count = hardware.gpu_count
+    has = f"This cluster has {count} accelerator{'s' if count != 1 else ''}"
+    words = f"{has}, so up to {copies_words(fit.fit_empty)} fit when nothing else is running on it."
+    return f"{words} Now {fit.fit_now} fit beside what else runs there."
+
+
+def cannot_start_words(fit: FitWords, copies: int) -> str:
+    if fit.level in ("ok", "invalid") or copies <= fit.fit_now:
+        return ""
+    missing = copies - fit.fit_now
+    reason = fit.reason.rstrip(".")
+    fix = (
+        f"Scale to {fit.fit_now}, or add a machine to the cluster."
+        if fit.fit_now
+        else "Free room on the cluster, make each copy smaller, or add a machine to the cluster."
+    )
+    return f"{missing} cannot start: {reason}. {fix}"
+
+
+def scale_values(deployment: Deployment, query: Any) -> tuple[int, Decimal, str]:
+    """The copies and size asked for in the query string (the deployment's own by default)."""
+    try:
+        copies = actions.parse_copies(query.get("copies") or str(deployment.copies_wanted))
+        size = actions.parse_size(query.get("accelerators_per_copy") or deployment.accelerators_per_copy)
+    except actions.ActionRefused as refused:
+        return deployment.copies_wanted, deployment.accelerators_per_copy, refused.message
+    return copies, size, ""
+
+
+def dialog_context(deployment: Deployment, query: Any) -> dict[str, Any]:
+    copies, size, problem = scale_values(deployment, query)
+    return {
+        "deployment": deployment,
+        "copies": copies,
+        "size": size_text(size),
+        "size_editable": deployment.accelerators_per_copy <= 1,
+        "scale": scale_words(deployment, copies, size),
+        "problem": problem,
+    }
+
+
+@never_cache
+def scale_dialog(request: HttpRequest, pk: int) -> HttpResponse:
+    """The Scale dialog with a live fit check; it posts to deployment_scale."""
+    deployment = get_deployment(request.user, pk, NEEDS_OPERATE)
+    context = dialog_context(deployment, request.GET)
+    if getattr(request, "htmx", False):
+        return render(request, "deployments/_scale_dialog.html", context)
+    return render(request, "deployments/editor/scale_page.html", context)
+
+
+def scale_fit(request: HttpRequest, pk: int) -> HttpResponse:
+    """The dialog's fit check for the values typed so far (htmx)."""
+    deployment = get_deployment(request.user, pk, NEEDS_OPERATE)
+    return render(request, "deployments/editor/_scale_fit.html", dialog_context(deployment, request.GET))

@@ -1,0 +1,223 @@
+"""Forms of the hosting wizard (Where, Review) and of the engine-settings editor.
+
+The forms only read what the operator typed; the actions (deployments/actions.py) decide what is
+allowed, and the editor's checks (deployments/engine/) say what will not start.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from django import forms
+
+from deployments.engine import other_flags
+from deployments.engine.context import EngineContext
+from deployments.engine.settings import CATALOG, without_defaults
+from deployments.engine.versions import flag_list
+from deployments.engine.warnings import cap_share
+
+SIZE_CHOICES = [
+    ("0.25", "¼ of an accelerator"),
+    ("0.333", "⅓ of an accelerator"),
+    ("0.5", "½ of an accelerator"),
+    ("0.75", "¾ of an accelerator"),
+    ("1", "1 accelerator"),
+    ("2", "2 accelerators (split)"),
+    ("4", "4 accelerators (split)"),
+    ("8", "8 accelerators (split)"),
+]
+FRACTIONS = {"0.25": "¼", "0.333": "⅓", "0.5": "½", "0.75": "¾"}
+
+
+def size_text(size: Any) -> str:
+    """A size as the forms carry it: 0.5, 1, 2 (no trailing zeros)."""
+    value = Decimal(str(size)).normalize()
+    return format(value, "f")
+
+
+def size_label(size: Any) -> str:
+    text = size_text(size)
+    if text in FRACTIONS:
+        return f"{FRACTIONS[text]} of an accelerator"
+    value = Decimal(text)
+    if value < 1:
+        return f"{text} of an accelerator"
+    return "1 accelerator" if value == 1 else f"{text} accelerators (split)"
+
+
+def size_choices(*extra: Any) -> list[tuple[str, str]]:
+    """The usual sizes, plus any other size in use (the current or the suggested one)."""
+    known = dict(SIZE_CHOICES)
+    for size in extra:
+        if size not in (None, ""):
+            known.setdefault(size_text(size), size_label(size))
+    return sorted(known.items(), key=lambda item: Decimal(item[0]))
+
+
+class WhereForm(forms.Form):
+    cluster = forms.TypedChoiceField(coerce=int, label="Cluster")
+    variant = forms.TypedChoiceField(coerce=int, label="Variant", required=False)
+    size = forms.ChoiceField(label="Size of each copy", widget=forms.RadioSelect)
+    copies = forms.IntegerField(label="Copies", min_value=1, max_value=1000)
+
+    def __init__(self, *args: Any, clusters: Any, variants: Any, sizes: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.fields["cluster"].choices = [(c.pk, cluster_label(c)) for c in clusters]
+        self.fields["variant"].choices = [(v.pk, variant_label(v)) for v in variants]
+        self.fields["size"].choices = sizes
+
+
+def cluster_label(cluster: Any) -> str:
+    return f"{cluster.name} ({cluster.get_state_display().lower()})"
+
+
+def variant_label(variant: Any) -> str:
+    engine = "llama.cpp" if variant.engine == "llamacpp" else "vLLM"
+    return f"{variant.name}: {variant.precision}, {variant.format}, on {engine}"
+
+
+class ReviewForm(forms.Form):
+    name = forms.CharField(label="Deployment name", max_length=63)
+    chat_name = forms.CharField(label="Offer in chat as", max_length=100, required=False)
+    revision = forms.CharField(label="Revision", max_length=100, required=False)
+    team = forms.TypedChoiceField(coerce=int, label="Team")
+
+    def __init__(self, *args: Any, teams: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["team"].choices = [(t.pk, t.name) for t in teams]
+        self.fields["name"].help_text = "Lowercase letters, digits and dashes; shown in lists."
+        self.fields["chat_name"].help_text = (
+            "The name people pick in the chat and use at the API; leave it empty to serve the "
+            "model only at its endpoint."
+        )
+        self.fields["revision"].help_text = "Optional: a branch, tag or commit on Hugging Face."
+
+
+# --- the engine-settings editor ------------------------------------------------------------
+
+NOVICE_FIELDS = ("max_model_len", "tool_calling", "thinking")
+
+
+class EngineSettingsForm(forms.Form):
+    """The editor's controls, in operators' words; `settings()` turns them into vLLM settings."""
+
+    max_model_len = forms.IntegerField(
+        label="Longest conversation (tokens)", required=False, min_value=16, max_value=10_000_000
+    )
+    memory_share = forms.DecimalField(
+        label="Share of the accelerator's memory (%)",
+        required=False,
+        min_value=1,
+        max_value=100,
+        decimal_places=2,
+    )
+    kv_fp8 = forms.BooleanField(label="8-bit context cache", required=False)
+    max_num_seqs = forms.IntegerField(
+        label="Requests at once", required=False, min_value=1, max_value=65_536
+    )
+    max_num_batched_tokens = forms.IntegerField(
+        label="Tokens per step", required=False, min_value=1, max_value=10_000_000
+    )
+    prefix_caching = forms.BooleanField(label="Reuse shared prompt starts", required=False)
+    chunked_prefill = forms.BooleanField(label="Split long prompts", required=False)
+    tool_calling = forms.BooleanField(label="Tool calling", required=False)
+    tool_call_parser = forms.ChoiceField(label="Format", required=False)
+    thinking = forms.BooleanField(label="Show its thinking separately", required=False)
+    reasoning_parser = forms.ChoiceField(label="Thinking format", required=False)
+    embeddings = forms.BooleanField(label="Serve embeddings", required=False)
+    enforce_eager = forms.BooleanField(label="Skip graph capture", required=False)
+    trust_remote_code = forms.BooleanField(label="Run the model's own code", required=False)
+    other_flags = forms.CharField(
+        label="Other flags", required=False, max_length=other_flags.MAX_CHARACTERS * 2
+    )
+
+    def __init__(
+        self, *args: Any, context: EngineContext, novice: bool, suggested: dict[str, Any], **kw: Any
+    ) -> None:
+        super().__init__(*args, **kw)
+        self.context, self.novice, self.suggested = context, novice, suggested
+        flags = flag_list(context.version)
+        self.fields["tool_call_parser"].choices = [("", "—")] + [
+            (p, p) for p in flags.tool_call_parsers
+        ]
+        self.fields["reasoning_parser"].choices = [("", "off")] + [
+            (p, p) for p in flags.reasoning_parsers
+        ]
+        self.capped = ""
+
+    @classmethod
+    def initial_from(cls, settings: dict[str, Any]) -> dict[str, Any]:
+        """The controls for stored settings (defaults where a setting is not stored)."""
+        share = settings.get("gpu_memory_utilization")
+        return {
+            "max_model_len": settings.get("max_model_len"),
+            "memory_share": round(Decimal(str(share)) * 100, 2) if share else None,
+            "kv_fp8": settings.get("kv_cache_dtype", "auto") != "auto",
+            "max_num_seqs": settings.get("max_num_seqs"),
+            "max_num_batched_tokens": settings.get("max_num_batched_tokens"),
+            "prefix_caching": settings.get("enable_prefix_caching", True),
+            "chunked_prefill": settings.get("enable_chunked_prefill", True),
+            "tool_calling": settings.get("enable_auto_tool_choice", False),
+            "tool_call_parser": settings.get("tool_call_parser", ""),
+            "thinking": bool(settings.get("reasoning_parser")),
+            "reasoning_parser": settings.get("reasoning_parser", ""),
+            "embeddings": settings.get("runner") == "pooling",
+            "enforce_eager": settings.get("enforce_eager", False),
+            "trust_remote_code": settings.get("trust_remote_code", False),
+            "other_flags": settings.get("other_flags", ""),
+        }
+
+    def clean_other_flags(self) -> str:
+        text = self.cleaned_data.get("other_flags") or ""
+        problems = other_flags.problems(text, flag_list(self.context.version))
+        if problems:
+            raise forms.ValidationError(problems)
+        return text.strip()
+
+    def settings(self, current: dict[str, Any]) -> dict[str, Any]:
+        """The stored settings after this form: the controls shown replace their settings, the
+        others keep their values (novice mode shows only a few)."""
+        data = self.cleaned_data
+        values = dict(current)
+        if self.novice:
+            values.update(self.novice_values(data, current))
+        else:
+            values.update(self.advanced_values(data))
+        return without_defaults({k: v for k, v in values.items() if k in CATALOG})
+
+    def novice_values(self, data: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
+        tool_format = current.get("tool_call_parser") or self.suggested.get("tool_call_parser")
+        thinking = current.get("reasoning_parser") or self.suggested.get("reasoning_parser")
+        return {
+            "max_model_len": data.get("max_model_len"),
+            "enable_auto_tool_choice": bool(data.get("tool_calling")),
+            "tool_call_parser": tool_format if data.get("tool_calling") else None,
+            "reasoning_parser": thinking if data.get("thinking") else None,
+        }
+
+    def advanced_values(self, data: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "max_model_len": data.get("max_model_len"),
+            "gpu_memory_utilization": self.share(data.get("memory_share")),
+            "kv_cache_dtype": "fp8" if data.get("kv_fp8") else None,
+            "max_num_seqs": data.get("max_num_seqs"),
+            "max_num_batched_tokens": data.get("max_num_batched_tokens"),
+            "enable_prefix_caching": bool(data.get("prefix_caching")),
+            "enable_chunked_prefill": bool(data.get("chunked_prefill")),
+            "enable_auto_tool_choice": bool(data.get("tool_calling")),
+            "tool_call_parser": data.get("tool_call_parser") or None,
+            "reasoning_parser": data.get("reasoning_parser") or None,
+            "runner": "pooling" if data.get("embeddings") else None,
+            "enforce_eager": bool(data.get("enforce_eager")),
+            "trust_remote_code": bool(data.get("trust_remote_code")),
+            "other_flags": data.get("other_flags") or None,
+        }
+
+    def share(self, percent: Decimal | None) -> float | None:
+        """The memory share as a fraction, capped at what a copy of this size may use."""
+        if percent is None:
+            return None
+        capped, why = cap_share(float(percent) / 100, self.context)
+        self.capped = why
+        return round(capped, 4) if capped is not None else None
