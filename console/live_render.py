@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.db.models import Count, Q
 from django.template.loader import render_to_string
 
@@ -25,6 +26,7 @@ def deployment_parts(user: Any, deployment_id: int, csrf_token: str) -> str:
         "copies_ready": deployment.copies.filter(state=CopyState.READY).count(),
         "can_operate": has_role(user, deployment.team_id, NEEDS_OPERATE),
         "csrf_token": csrf_token,
+        "default_reply_wait": settings.GATEWAY_REPLY_WAIT_S,
         "oob": True,
     }
     return render_to_string("deployments/_health.html", context) + render_to_string(

@@ -15,6 +15,7 @@ from typing import Any
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
@@ -196,6 +197,11 @@ def build_state(
     return EditorState(where, context, settings, form, mode, preset=preset)
 
 
+def tuned_for(state: EditorState) -> str:
+    """The preset the settings match now ("" for settings of one's own)."""
+    return presets.matching(state.settings, state.context)
+
+
 @dataclass
 class EditorResult:
     """What a POST to the editor did: the state to show, and whether the settings are good."""
@@ -281,7 +287,7 @@ def page_context(deployment: Deployment, state: EditorState, request: HttpReques
         "editor": state,
         "flag_query": request.GET.get("flag_q", ""),
         "restart_words": restart_words(deployment, state.settings),
-        "check_url": f"/deployments/{deployment.pk}/settings/check/",
+        "check_url": reverse("deployment_engine_settings_check", args=[deployment.pk]),
     }
 
 
@@ -298,7 +304,9 @@ def engine_settings(request: HttpRequest, pk: int) -> HttpResponse:
     result = read_post(request, where, deployment.engine_settings)
     if result.valid and request.POST.get("action") == "save":
         return save(request, deployment, result.state)
-    return render(request, "deployments/editor/page.html", page_context(deployment, result.state, request))
+    return render(
+        request, "deployments/editor/page.html", page_context(deployment, result.state, request)
+    )
 
 
 def save(request: HttpRequest, deployment: Deployment, state: EditorState) -> HttpResponse:
@@ -309,7 +317,9 @@ def save(request: HttpRequest, deployment: Deployment, state: EditorState) -> Ht
         actions.change_settings(request.user, deployment, state.settings)
     except actions.ActionRefused as refused:
         state.error = refused.message
-        return render(request, "deployments/editor/page.html", page_context(deployment, state, request))
+        return render(
+            request, "deployments/editor/page.html", page_context(deployment, state, request)
+        )
     messages.success(request, f"Engine settings saved. {restart_words(deployment, state.settings)}")
     return redirect("deployment_detail", pk=deployment.pk)
 

@@ -158,7 +158,9 @@ def suggestion_words(
 
 def invalid(error: ValueError) -> FitWords:
     field, _, problem = str(error).partition(": ")
-    words = f"{field.replace('engine.', '').replace('_', ' ')}: {problem}" if problem else str(error)
+    words = (
+        f"{field.replace('engine.', '').replace('_', ' ')}: {problem}" if problem else str(error)
+    )
     return FitWords(level="invalid", headline=f"This cannot be placed: {words}.")
 
 
@@ -268,7 +270,9 @@ def scale_values(deployment: Deployment, query: Any) -> tuple[int, Decimal, str]
     """The copies and size asked for in the query string (the deployment's own by default)."""
     try:
         copies = actions.parse_copies(query.get("copies") or str(deployment.copies_wanted))
-        size = actions.parse_size(query.get("accelerators_per_copy") or deployment.accelerators_per_copy)
+        size = actions.parse_size(
+            query.get("accelerators_per_copy") or deployment.accelerators_per_copy
+        )
     except actions.ActionRefused as refused:
         return deployment.copies_wanted, deployment.accelerators_per_copy, refused.message
     return copies, size, ""
@@ -299,4 +303,6 @@ def scale_dialog(request: HttpRequest, pk: int) -> HttpResponse:
 def scale_fit(request: HttpRequest, pk: int) -> HttpResponse:
     """The dialog's fit check for the values typed so far (htmx)."""
     deployment = get_deployment(request.user, pk, NEEDS_OPERATE)
-    return render(request, "deployments/editor/_scale_fit.html", dialog_context(deployment, request.GET))
+    return render(
+        request, "deployments/editor/_scale_fit.html", dialog_context(deployment, request.GET)
+    )

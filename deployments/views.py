@@ -91,8 +91,12 @@ def deployment_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "can_operate": has_role(request.user, deployment.team_id, NEEDS_OPERATE),
         "figures": figures.summary(deployment.pk),
         "every": settings.METRICS_EVERY_S,
+        "default_reply_wait": settings.GATEWAY_REPLY_WAIT_S,
     }
     return render(request, "deployments/detail.html", context)
+
+
+FIELD_LABELS = {"reply_wait_s": "reply wait", "chat_name": "chat name", "copies": "copies"}
 
 
 def operate(
@@ -103,7 +107,8 @@ def operate(
     try:
         act(deployment)
     except actions.ActionRefused as refused:
-        field = f"{refused.field.replace('_', ' ')}: " if refused.field else ""
+        label = FIELD_LABELS.get(refused.field, refused.field.replace("_", " "))
+        field = f"{label}: " if refused.field else ""
         messages.error(request, f"Not done: {field}{refused.message}.")
         return redirect("deployment_detail", pk=pk)
     messages.success(request, done)
@@ -147,3 +152,19 @@ def delete(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 def check_now(request: HttpRequest, pk: int) -> HttpResponse:
     return operate(request, pk, lambda d: actions.check_now(request.user, d), "Checking now.")
+
+
+@require_POST
+def offer_in_chat(request: HttpRequest, pk: int) -> HttpResponse:
+    name = request.POST.get("chat_name", "")
+    done = (
+        f"Offered in chat as {name.strip()}." if name.strip() else "Not offered in chat any more."
+    )
+    return operate(request, pk, lambda d: actions.offer_in_chat(request.user, d, name), done)
+
+
+@require_POST
+def reply_wait(request: HttpRequest, pk: int) -> HttpResponse:
+    seconds = request.POST.get("reply_wait_s", "")
+    done = f"A reply must now start within {seconds} s." if seconds else "Reply wait: the default."
+    return operate(request, pk, lambda d: actions.set_reply_wait(request.user, d, seconds), done)

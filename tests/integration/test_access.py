@@ -187,6 +187,8 @@ def test_every_page_renders_for_a_logged_in_user_with_the_demo_loaded(as_bob, re
 
 
 DEPLOYMENT_ACTIONS = [
+    "deployment_offer_in_chat",
+    "deployment_reply_wait",
     "deployment_scale",
     "deployment_stop",
     "deployment_start",
@@ -259,3 +261,20 @@ def test_a_bad_scale_says_what_is_wrong_and_changes_nothing(as_bob, red_deployme
         follow=True,
     )
     assert "Not done: accelerators per copy: 1.5 is not a size" in response.content.decode()
+
+
+def test_chat_name_and_reply_wait_forms_refuse_bad_values_and_save_good_ones(
+    as_bob, red_deployment
+):
+    url = f"/deployments/{red_deployment.pk}"
+    page = as_bob.post(f"{url}/reply-wait/", {"reply_wait_s": "5"}, follow=True).content.decode()
+    assert "Not done: reply wait: 5 s is not allowed: use 10 to 1800 seconds" in page
+    page = as_bob.post(f"{url}/reply-wait/", {"reply_wait_s": "abc"}, follow=True).content.decode()
+    assert "must be a whole number of seconds" in page
+    page = as_bob.post(f"{url}/chat-name/", {"chat_name": "x" * 101}, follow=True).content.decode()
+    assert "use at most 100 characters" in page
+    assert Deployment.objects.get(pk=red_deployment.pk).reply_wait_s is None
+    as_bob.post(f"{url}/reply-wait/", {"reply_wait_s": "60"})
+    as_bob.post(f"{url}/chat-name/", {"chat_name": "qwen"})
+    saved = Deployment.objects.get(pk=red_deployment.pk)
+    assert (saved.reply_wait_s, saved.chat_name) == (60, "qwen")
