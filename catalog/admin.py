@@ -33,6 +33,19 @@ class VariantAdmin(admin.ModelAdmin):
 
 @admin.register(ServerModel)
 class ServerModelAdmin(admin.ModelAdmin):
-    list_display = ["__str__", "state", "size_bytes", "path", "updated_at"]
+    """Downloads change state only through catalog/downloads.py (the pages' actions)."""
+
+    list_display = ["__str__", "state", "size_bytes", "path", "team", "updated_at"]
     list_filter = ["state"]
     search_fields = ["variant__model__name", "path", "revision"]
+    readonly_fields = [
+        "state",
+        "revision",
+        "size_bytes",
+        "progress_bytes",
+        "bytes_per_s",
+        "files",
+        "error",
+        "started_at",
+        "finished_at",
+    ]

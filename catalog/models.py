@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 
 
@@ -48,6 +49,14 @@ class Model(models.Model):
     encoder_only = models.BooleanField(default=False)
     source = models.TextField(blank=True)
     added_at = models.DateTimeField(auto_now_add=True)
+    added_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        editable=False,
+    )
 
     class Meta:
         ordering = ["family", "name"]
@@ -103,8 +112,20 @@ class ServerModelState(models.TextChoices):
     MUST_REDOWNLOAD = "must_redownload", "Must re-download"
 
 
+SERVER_MODEL_BADGES = {
+    ServerModelState.QUEUED: "grey",
+    ServerModelState.DOWNLOADING: "blue",
+    ServerModelState.READY: "green",
+    ServerModelState.FAILED: "red",
+    ServerModelState.MUST_REDOWNLOAD: "amber",
+}
+
+
 class ServerModel(models.Model):
     """A variant's files kept on this server (downloaded from the hub, or a local path)."""
+
+    # One row per variant and requested revision; `revision` is the commit the files come
+    # from (pinned when the download resolves it). State changes go through downloads.py.
 
     variant = models.ForeignKey(Variant, on_delete=models.PROTECT, related_name="server_copies")
     requested_revision = models.CharField(
@@ -117,16 +138,50 @@ class ServerModel(models.Model):
         max_length=16, choices=ServerModelState.choices, default=ServerModelState.QUEUED
     )
     progress_bytes = models.PositiveBigIntegerField(default=0)
+    bytes_per_s = models.PositiveBigIntegerField(default=0, help_text="download speed lately")
+    files = models.JSONField(default=list, blank=True, help_text="[[path, bytes], …]")
     error = models.TextField(blank=True)
+    # Whose Hugging Face token downloads it (gated models); the token itself stays on the team.
+    team = models.ForeignKey(
+        "console.Team", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["variant__model__name", "variant__name"]
         constraints = [
             models.UniqueConstraint(
-                fields=["variant", "revision"], name="one_server_copy_per_revision"
+                fields=["variant", "requested_revision"],
+                name="one_server_copy_per_requested_revision",
             ),
         ]
 
     def __str__(self) -> str:
-        return f"{self.variant} @ {self.revision or 'main'}"
+        return f"{self.variant} @ {self.revision or self.requested_revision or 'main'}"
+
+    @property
+    def progress_percent(self) -> int:
+        if not self.size_bytes:
+            return 0
+        return min(100, round(100 * self.progress_bytes / self.size_bytes))
+
+    @property
+    def badge(self) -> str:
+        return SERVER_MODEL_BADGES.get(ServerModelState(self.state), "grey")
+
+    @property
+    def in_progress(self) -> bool:
+        return self.state in (ServerModelState.QUEUED, ServerModelState.DOWNLOADING)
+
+    @property
+    def retryable(self) -> bool:
+        return self.state in (ServerModelState.FAILED, ServerModelState.MUST_REDOWNLOAD)

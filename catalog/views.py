@@ -1,38 +1,166 @@
-"""Catalog pages: the marketplace, a model's page and the models kept on this server."""
+"""Catalog pages: the marketplace, a model's page, adding models, and the files on this server.
+
+Every logged-in user browses; operators (of any team) add models by repository id and
+download them; platform admins also add models from a path and delete files.
+"""
 
 from __future__ import annotations
 
-from django.db.models import Q
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, render
+from typing import Any
 
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from catalog import adding, downloads, guidance
+from catalog.forms import AddFromHubForm, AddFromPathForm, DownloadForm, MarketplaceFilter
+from catalog.hub import Access, HubProblem
 from catalog.models import Model, ServerModel, ServerModelState
+from console.access import (
+    can_operate_somewhere,
+    is_platform_admin,
+    require_operator_somewhere,
+    require_platform_admin,
+)
+
+
+def ready_model_ids() -> set[int]:
+    ready = ServerModel.objects.filter(state=ServerModelState.READY)
+    return set(ready.values_list("variant__model_id", flat=True))
 
 
 def marketplace(request: HttpRequest) -> HttpResponse:
-    query = request.GET.get("q", "").strip()
-    models = Model.objects.prefetch_related("variants")
-    if query:
-        models = models.filter(
-            Q(name__icontains=query) | Q(repo_id__icontains=query) | Q(family__icontains=query)
-        )
-    on_server = set(
-        ServerModel.objects.filter(state=ServerModelState.READY).values_list(
-            "variant__model_id", flat=True
-        )
-    )
-    return render(
-        request,
-        "catalog/marketplace.html",
-        {"models": models, "query": query, "on_server": on_server},
-    )
+    filters = MarketplaceFilter(request.GET or None)
+    models = filters.apply(Model.objects.prefetch_related("variants"))
+    context = {
+        "models": models,
+        "filters": filters,
+        "filtering": bool(filters.valid()),
+        "query": request.GET.get("q", ""),
+        "on_server": ready_model_ids(),
+        "can_operate": can_operate_somewhere(request.user),
+    }
+    return render(request, "catalog/marketplace.html", context)
 
 
 def model_detail(request: HttpRequest, pk: int) -> HttpResponse:
     model = get_object_or_404(Model.objects.prefetch_related("variants__server_copies"), pk=pk)
-    return render(request, "catalog/model_detail.html", {"model": model})
+    context: dict[str, Any] = {
+        "model": model,
+        "guidance": guidance.for_model(model),
+        "fit_context": min(guidance.FIT_CONTEXT, model.max_context),
+    }
+    if can_operate_somewhere(request.user):
+        context["download_form"] = DownloadForm(user=request.user, model=model)
+    return render(request, "catalog/model_detail.html", context)
+
+
+def token_access(team: Any) -> Access:
+    return Access(token=team.hf_token() if team else "", team_name=team.name if team else "")
+
+
+def add_model(request: HttpRequest) -> HttpResponse:
+    """Add a model by Hugging Face repository id (operators)."""
+    require_operator_somewhere(request.user)
+    form = AddFromHubForm(request.POST or None, user=request.user)
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            model = adding.add_from_hub(
+                data["repo_id"], data["revision"], token_access(data["team"]), request.user
+            )
+        except (HubProblem, adding.AddRefused) as problem:
+            form.add_error(None, str(problem))
+        else:
+            count = model.variants.count()
+            messages.success(request, f"Added {model.repo_id} with {count} variant(s).")
+            return redirect("model_detail", pk=model.pk)
+    path_form = AddFromPathForm() if is_platform_admin(request.user) else None
+    context = {"form": form, "path_form": path_form}
+    return render(request, "catalog/add_model.html", context, status=400 if form.errors else 200)
+
+
+def add_model_from_path(request: HttpRequest) -> HttpResponse:
+    """Add a model whose files are already on this server (platform admins)."""
+    require_platform_admin(request.user)
+    form = AddFromPathForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            model = adding.add_from_path(data["path"], data["repo_id"], request.user)
+        except adding.AddRefused as problem:
+            form.add_error("path", str(problem))
+        else:
+            messages.success(request, f"Added {model.repo_id}; its files stay at {data['path']}.")
+            return redirect("model_detail", pk=model.pk)
+    context = {"form": AddFromHubForm(user=request.user), "path_form": form}
+    return render(request, "catalog/add_model.html", context, status=400 if form.errors else 200)
+
+
+@require_POST
+def download(request: HttpRequest, pk: int) -> HttpResponse:
+    """Ask for a variant's files on this server (operators)."""
+    require_operator_somewhere(request.user)
+    model = get_object_or_404(Model, pk=pk)
+    form = DownloadForm(request.POST, user=request.user, model=model)
+    if not form.is_valid():
+        for field, errors in form.errors.items():
+            messages.error(request, f"Not downloaded: {field}: {' '.join(errors)}")
+        return redirect("model_detail", pk=pk)
+    data = form.cleaned_data
+    try:
+        row = downloads.request_download(
+            data["variant"], data["revision"], data["team"], request.user
+        )
+    except downloads.DownloadRefused as refused:
+        messages.error(request, f"Not downloaded: {refused}")
+        return redirect("model_detail", pk=pk)
+    messages.success(request, f"{row.variant}: {row.get_state_display().lower()}.")
+    return redirect("server_models")
 
 
 def server_models(request: HttpRequest) -> HttpResponse:
-    kept = ServerModel.objects.select_related("variant__model")
-    return render(request, "catalog/server_models.html", {"server_models": kept})
+    kept = ServerModel.objects.select_related("variant__model", "team")
+    context = {"server_models": kept, **row_permissions(request)}
+    return render(request, "catalog/server_models.html", context)
+
+
+def row_permissions(request: HttpRequest) -> dict[str, bool]:
+    return {
+        "can_operate": can_operate_somewhere(request.user),
+        "can_delete": is_platform_admin(request.user),
+    }
+
+
+def server_model_row(request: HttpRequest, pk: int) -> HttpResponse:
+    """One row of On this server: htmx polls it every 2 s while the download runs."""
+    row = get_object_or_404(ServerModel.objects.select_related("variant__model", "team"), pk=pk)
+    context = {"s": row, **row_permissions(request)}
+    return render(request, "catalog/_server_model_row.html", context)
+
+
+@require_POST
+def try_again(request: HttpRequest, pk: int) -> HttpResponse:
+    require_operator_somewhere(request.user)
+    row = get_object_or_404(ServerModel.objects.select_related("variant"), pk=pk)
+    try:
+        downloads.try_again(row, request.user)
+    except downloads.DownloadRefused as refused:
+        messages.error(request, f"Not done: {refused}")
+    else:
+        messages.success(request, f"Downloading {row.variant} again.")
+    return redirect("server_models")
+
+
+@require_POST
+def delete_files(request: HttpRequest, pk: int) -> HttpResponse:
+    require_platform_admin(request.user)
+    row = get_object_or_404(ServerModel.objects.select_related("variant__model"), pk=pk)
+    try:
+        done = downloads.delete_files(row, request.user)
+    except downloads.DownloadRefused as refused:
+        messages.error(request, f"Not deleted: {refused}")
+    else:
+        messages.success(request, done)
+    return redirect("server_models")

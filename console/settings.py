@@ -118,6 +118,8 @@ METRICS_EVERY_S = env_float("BERTH_METRICS_EVERY_S", 10.0, low=0.1, high=3600)
 LOG_LINES_PER_COPY = env_int("BERTH_LOG_LINES_PER_COPY", 20_000, low=100, high=10_000_000)
 # Engine logs are followed more often than health is checked, so lines reach pages fast.
 LOG_FOLLOW_EVERY_S = env_float("BERTH_LOG_FOLLOW_EVERY_S", 0.1, low=0.01, high=60)
+# Where models downloaded from Hugging Face are kept on this server.
+MODELS_DIR = Path(env_str("BERTH_MODELS_DIR", str(BASE_DIR / "var" / "models")))
 # Where local engines (standalone, simulator) keep their logs and process records.
 STATE_DIR = Path(env_str("BERTH_STATE_DIR", str(BASE_DIR / "var" / "state")))
 SIMULATOR_COPY_BYTES_PER_S = env_int("BERTH_SIMULATOR_COPY_BYTES_PER_S", 20 * 2**30, low=1)

@@ -189,10 +189,22 @@ def host(actor: Any, request: HostRequest) -> Deployment:
                 f"Host {values['copies_wanted']} × {values['accelerators_per_copy']} "
                 f"on {request.cluster.name}",
             )
+            if lifecycle.files_on_this_server(deployment) is None:
+                fetch_files(deployment, actor)
             lifecycle.enqueue("place_deployment", deployment.pk)
     except (IntegrityError, ValidationError) as error:
         raise ActionRefused(f"could not be saved: {error}") from None
     return deployment
+
+
+def fetch_files(deployment: Deployment, actor: Any) -> None:
+    """The server downloads the model if it does not have it yet; the deployment waits."""
+    from catalog.downloads import DownloadRefused, request_download
+
+    try:
+        request_download(deployment.variant, deployment.revision, deployment.team, actor)
+    except DownloadRefused as refused:
+        raise ActionRefused(str(refused), "revision") from None
 
 
 def scale(

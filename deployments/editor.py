@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.contrib import messages
+from django.forms import BooleanField, BoundField
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -95,6 +96,15 @@ class Where:
 
 
 @dataclass
+class Control:
+    field: BoundField
+    why: str
+    warnings: list[str]
+    changed: bool
+    checkbox: bool
+
+
+@dataclass
 class EditorState:
     """Everything the editor's templates show."""
 
@@ -139,11 +149,41 @@ class EditorState:
     def presets(self) -> list[presets.Preset]:
         return list(presets.PRESETS.values())
 
-    def groups(self) -> list[tuple[str, list[Any]]]:
+    def sections(self) -> list[tuple[str, list[Control]]]:
+        """The groups of controls shown in this mode, each control with its suggestion, its
+        warnings and whether the last preset changed it."""
         chosen = NOVICE_GROUPS if self.novice else GROUPS
         if self.context.engine == "llamacpp":
             chosen = [("Context and throughput", ["max_model_len", "max_num_seqs"])]
-        return [(title, [self.form[name] for name in names]) for title, names in chosen]
+        why = self.suggestion_by_control()
+        warned = self.warnings_by_control()
+        changed = self.changed_controls()
+        return [
+            (
+                title,
+                [
+                    Control(
+                        self.form[name],
+                        why.get(name, ""),
+                        warned.get(name, []),
+                        name in changed,
+                        isinstance(self.form.fields[name], BooleanField),
+                    )
+                    for name in names
+                ],
+            )
+            for title, names in chosen
+        ]
+
+    def tuned_for(self) -> str:
+        """The preset the settings match now ("" for settings of one's own)."""
+        return presets.matching(self.settings, self.context)
+
+    def default_share_text(self) -> str:
+        return f"{self.context.default_share():.0%}"
+
+    def share_limit_text(self) -> str:
+        return f"{self.context.share_limit():.0%}"
 
     def changed_controls(self) -> set[str]:
         return {CONTROL_OF.get(name, name) for name in self.preset_changed}
@@ -195,11 +235,6 @@ def build_state(
         data, initial=initial, context=context, novice=mode == "novice", suggested=suggested
     )
     return EditorState(where, context, settings, form, mode, preset=preset)
-
-
-def tuned_for(state: EditorState) -> str:
-    """The preset the settings match now ("" for settings of one's own)."""
-    return presets.matching(state.settings, state.context)
 
 
 @dataclass
@@ -282,10 +317,13 @@ def restart_words(deployment: Deployment, settings: dict[str, Any]) -> str:
 
 
 def page_context(deployment: Deployment, state: EditorState, request: HttpRequest) -> dict:
+    query = request.GET.get("flag_q", "")
     return {
         "deployment": deployment,
         "editor": state,
-        "flag_query": request.GET.get("flag_q", ""),
+        "mode": state.mode,
+        "flag_query": query,
+        "all_flags": state.flags(query),
         "restart_words": restart_words(deployment, state.settings),
         "check_url": reverse("deployment_engine_settings_check", args=[deployment.pk]),
     }

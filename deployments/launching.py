@@ -11,6 +11,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from catalog.downloads import mark_must_redownload
 from clusters.backends.base import BackendError, CopyHandle, CopySpec
 from clusters.backends.local import WaitForRoom
 from clusters.backends.supervisor import free_port
@@ -51,10 +52,26 @@ def tensor_parallel(deployment: Deployment) -> int:
     return int(size) if size > 1 else 1
 
 
+def model_reference(deployment: Deployment) -> str:
+    """What the engine loads: on this machine, the folder the files were downloaded to; on
+    other clusters, the repository id (their own cache holds the files)."""
+    if deployment.cluster.kind == ClusterKind.STANDALONE:
+        kept = lifecycle.files_on_this_server(deployment)
+        if kept is not None and kept.path:
+            return kept.path
+    return deployment.model.repo_id
+
+
+def gguf_path(deployment: Deployment) -> str:
+    kept = lifecycle.files_on_this_server(deployment)
+    folder = kept.path if kept is not None and kept.path else deployment.model.repo_id
+    return f"{folder}/{deployment.variant.gguf_file}"
+
+
 def engine_argv(copy: Copy, port: int, api_key: str) -> list[str]:
     deployment = copy.deployment
     facts = LaunchFacts(
-        model=deployment.model.repo_id,
+        model=model_reference(deployment),
         served_name=served_name(deployment),
         port=port,
         api_key=api_key,
@@ -63,7 +80,7 @@ def engine_argv(copy: Copy, port: int, api_key: str) -> list[str]:
         revision=deployment.revision,
     )
     if deployment.variant.engine == "llamacpp":
-        return llamacpp_argv(deployment.engine_settings, facts, deployment.variant.gguf_file)
+        return llamacpp_argv(deployment.engine_settings, facts, gguf_path(deployment))
     # The simulator backend runs the same `vllm serve …` argv with the engine simulator.
     return vllm_argv(deployment.engine_settings, facts)
 
@@ -149,6 +166,9 @@ def missing_files(copy: Copy, missing: tuple[str, ...], message: str) -> None:
             last_error_message=words,
         )
         lifecycle.release(copy)
+        kept = lifecycle.files_on_this_server(copy.deployment)
+        if kept is not None:  # the console's own copy must be fetched again too
+            mark_must_redownload(kept.pk, words)
         deployment = Deployment.objects.get(pk=copy.deployment_id)
         if deployment.state in lifecycle.PLACEABLE_DEPLOYMENTS:
             transitions.move_deployment(

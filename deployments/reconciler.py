@@ -10,11 +10,12 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
-from django.db.models import Q
+from django.db.models import Count, Q
 from django.utils import timezone
 
 from deployments import launching, lifecycle
 from deployments.choices import CopyState as C
+from deployments.choices import DeploymentState as D
 from deployments.choices import ErrorCode
 from deployments.classify import Failure
 from deployments.models import Copy, Deployment, Reservation
@@ -113,15 +114,54 @@ def check(deployment_id: int) -> None:
     Deployment.objects.filter(pk=deployment_id).update(last_checked_at=timezone.now())
 
 
+def copy_counts_by_deployment(ids: list[int]) -> dict[int, list[tuple[str, int, int]]]:
+    """(state, generation, how many) of the copies of each deployment, in one query."""
+    rows = (
+        Copy.objects.filter(deployment_id__in=ids)
+        .values_list("deployment_id", "state", "generation")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    counts: dict[int, list[tuple[str, int, int]]] = {}
+    for deployment_id, state, generation, n in rows:
+        counts.setdefault(deployment_id, []).append((state, generation, n))
+    return counts
+
+
+def is_settled(deployment: Deployment, copies: list[tuple[str, int, int]]) -> bool:
+    """Every wanted copy of the current size serves and nothing else runs: nothing to do."""
+    if deployment.state != D.DEPLOYED:
+        return False
+    running = [(state, generation, n) for state, generation, n in copies if state != C.STOPPED]
+    ready = sum(
+        n
+        for state, generation, n in running
+        if state == C.READY and generation == deployment.generation
+    )
+    return ready == deployment.copies_wanted and sum(n for _, _, n in running) == ready
+
+
 def reconcile_all() -> None:
     reap_stuck()
     evacuate_lost_machines()
     release_orphaned_reservations()
-    active = Deployment.objects.filter(lifecycle.q_active_deployments()).order_by(
-        "created_at", "pk"
+    redispatch_stalled_downloads()
+    active = list(
+        Deployment.objects.filter(lifecycle.q_active_deployments())
+        .order_by("created_at", "pk")
+        .only("pk", "state", "generation", "copies_wanted")
     )
-    for deployment_id in active.values_list("pk", flat=True):
+    counts = copy_counts_by_deployment([d.pk for d in active])
+    for deployment in active:  # oldest first: first come, first served for freed room
+        if is_settled(deployment, counts.get(deployment.pk, [])):
+            continue
         try:
-            converge(deployment_id)
+            converge(deployment.pk)
         except Exception:  # one broken deployment must not stop the others converging
-            log.exception("converging deployment %s", deployment_id)
+            log.exception("converging deployment %s", deployment.pk)
+
+
+def redispatch_stalled_downloads() -> None:
+    from catalog.downloads import redispatch_stalled
+
+    redispatch_stalled()

@@ -440,6 +440,7 @@ def settings_page(request: HttpRequest, draft: Draft, state: editor.EditorState)
         "settings.html",
         editor=state,
         flag_query=request.GET.get("flag_q", ""),
+        all_flags=state.flags(request.GET.get("flag_q", "")),
         check_url=reverse("wizard_settings_check", args=[draft.id]),
     )
 

@@ -1,0 +1,187 @@
+"""The catalog's forms: marketplace filters, adding a model, and asking for a download."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.db.models import Q, QuerySet
+
+from catalog import hub
+from catalog.models import Model, Task, Variant
+from console.access import is_platform_admin
+from console.models import Role, Team
+
+HF_PREFIXES = ("https://huggingface.co/", "http://huggingface.co/", "huggingface.co/")
+SIZES = {
+    "small": (0, 10_000_000_000),
+    "medium": (10_000_000_000, 40_000_000_000),
+    "large": (40_000_000_000, None),
+}
+
+
+def blank(label: str) -> list[tuple[str, str]]:
+    return [("", label)]
+
+
+class MarketplaceFilter(forms.Form):
+    """Search and filters; a bad value is reported and that filter left out."""
+
+    q = forms.CharField(required=False, max_length=100, label="Search")
+    family = forms.ChoiceField(required=False)
+    size = forms.ChoiceField(
+        required=False,
+        choices=blank("Any size")
+        + [("small", "Under 10 B"), ("medium", "10–40 B"), ("large", "Over 40 B")],
+    )
+    task = forms.ChoiceField(required=False, choices=blank("Any task") + list(Task.choices))
+    format = forms.ChoiceField(
+        required=False,
+        choices=blank("Any format") + [("safetensors", "safetensors"), ("gguf", "GGUF")],
+    )
+    license = forms.ChoiceField(required=False, label="Licence")
+    gated = forms.ChoiceField(
+        required=False,
+        choices=blank("Gated or not") + [("no", "Not gated"), ("yes", "Gated")],
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        families = Model.objects.values_list("family", flat=True).distinct().order_by("family")
+        licences = Model.objects.values_list("license", flat=True).distinct().order_by("license")
+        self.fields["family"].choices = blank("Any family") + [(f, f) for f in families if f]
+        self.fields["license"].choices = blank("Any licence") + [(x, x) for x in licences if x]
+
+    def valid(self) -> dict[str, Any]:
+        """The values that passed, even when another one did not."""
+        self.is_valid()
+        return {k: v for k, v in getattr(self, "cleaned_data", {}).items() if v}
+
+    def apply(self, models: QuerySet[Model]) -> QuerySet[Model]:
+        given = self.valid()
+        if "q" in given:
+            q = given["q"]
+            models = models.filter(
+                Q(name__icontains=q) | Q(repo_id__icontains=q) | Q(family__icontains=q)
+            )
+        if "size" in given:
+            low, high = SIZES[given["size"]]
+            models = models.filter(params_total__gte=low)
+            models = models.filter(params_total__lt=high) if high else models
+        simple = {"family": "family", "license": "license", "format": "variants__format"}
+        for name, lookup in simple.items():
+            if name in given:
+                models = models.filter(**{lookup: given[name]})
+        if "task" in given:
+            models = models.filter(tasks__contains=[given["task"]])
+        if "gated" in given:
+            models = models.filter(gated=given["gated"] == "yes")
+        return models.distinct()
+
+
+def operated_teams(user: Any) -> QuerySet[Team]:
+    """Teams whose Hugging Face token the user may download with: those they operate."""
+    if is_platform_admin(user):
+        return Team.objects.all()
+    roles = [Role.OPERATOR, Role.ADMIN]
+    return Team.objects.filter(memberships__user=user, memberships__role__in=roles).distinct()
+
+
+def clean_revision(value: str) -> str:
+    value = (value or "").strip()
+    if value and not hub.valid_revision(value):
+        raise forms.ValidationError(
+            "A revision is a branch, tag or commit: letters, digits, “.”, “_”, “-” and “/”."
+        )
+    return value
+
+
+class TeamTokenMixin(forms.Form):
+    team = forms.ModelChoiceField(
+        queryset=Team.objects.none(),
+        required=False,
+        empty_label="No team (public models only)",
+        help_text="Its Hugging Face token is used for gated models.",
+    )
+
+    def set_teams(self, user: Any) -> None:
+        teams = operated_teams(user)
+        field = self.fields["team"]
+        assert isinstance(field, forms.ModelChoiceField)
+        field.queryset = teams
+        if len(teams) == 1:
+            field.initial = teams[0].pk
+
+
+class AddFromHubForm(TeamTokenMixin):
+    repo_id = forms.CharField(
+        max_length=200,
+        label="Hugging Face repository",
+        help_text="owner/name, e.g. Qwen/Qwen3-8B",
+    )
+    revision = forms.CharField(
+        max_length=100, required=False, help_text="Branch, tag or commit; empty for main."
+    )
+    field_order = ["repo_id", "revision", "team"]
+
+    def __init__(self, *args: Any, user: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.set_teams(user)
+
+    def clean_repo_id(self) -> str:
+        value = self.cleaned_data["repo_id"].strip().strip("/")
+        for prefix in HF_PREFIXES:  # a pasted address works too
+            value = value.removeprefix(prefix)
+        if not hub.valid_repo_id(value):
+            raise forms.ValidationError("Give the repository as owner/name, e.g. Qwen/Qwen3-8B.")
+        if Model.objects.filter(repo_id__iexact=value).exists():
+            raise forms.ValidationError(f"{value} is already in the catalog.")
+        return value
+
+    def clean_revision(self) -> str:
+        return clean_revision(self.cleaned_data.get("revision", ""))
+
+
+class AddFromPathForm(forms.Form):
+    path = forms.CharField(
+        max_length=500,
+        label="Path on this server",
+        help_text="A folder with config.json and safetensors or GGUF files.",
+    )
+    repo_id = forms.CharField(
+        max_length=200,
+        required=False,
+        label="Name in the catalog",
+        help_text="owner/name; empty: local/<folder name>",
+    )
+
+    def clean_repo_id(self) -> str:
+        value = self.cleaned_data.get("repo_id", "").strip()
+        if value and not hub.valid_repo_id(value):
+            raise forms.ValidationError("Give the name as owner/name, e.g. local/my-model.")
+        if value and Model.objects.filter(repo_id__iexact=value).exists():
+            raise forms.ValidationError(f"{value} is already in the catalog.")
+        return value
+
+
+class VariantChoice(forms.ModelChoiceField):
+    def label_from_instance(self, obj: Any) -> str:
+        return f"{obj.name} ({obj.format}, {obj.size_bytes / 2**30:,.2f} GiB)"
+
+
+class DownloadForm(TeamTokenMixin):
+    variant = VariantChoice(queryset=Variant.objects.none(), empty_label=None)
+    revision = forms.CharField(
+        max_length=100, required=False, help_text="Branch, tag or commit; empty for main."
+    )
+    field_order = ["variant", "revision", "team"]
+
+    def __init__(self, *args: Any, user: Any, model: Model, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        variant = self.fields["variant"]
+        assert isinstance(variant, forms.ModelChoiceField)
+        variant.queryset = model.variants.all()
+        self.set_teams(user)
+
+    def clean_revision(self) -> str:
+        return clean_revision(self.cleaned_data.get("revision", ""))

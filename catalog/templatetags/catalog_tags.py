@@ -1,0 +1,24 @@
+"""Words for catalog values in templates."""
+
+from __future__ import annotations
+
+from django import template
+
+from catalog.models import Task
+
+register = template.Library()
+TASK_LABELS = dict(Task.choices)
+
+
+@register.filter
+def task_labels(tasks: list[str] | None) -> str:
+    """["chat", "tool_calling"] → "Chat, Tool calling"."""
+    return ", ".join(TASK_LABELS.get(task, task) for task in tasks or []) or "—"
+
+
+@register.filter
+def per_second(value: int | None) -> str:
+    """A download speed in MiB/s (pages say MiB, meaning 2^20 bytes)."""
+    if not value:
+        return "—"
+    return f"{value / 2**20:,.1f} MiB/s"
