@@ -18,8 +18,8 @@ from placement.units import (
     GpuState,
     Kind,
     Mode,
-    engine_share,
     at_least,
+    engine_share,
     holds,
     meets_versions,
     mode_for,
@@ -46,12 +46,13 @@ def explain(
     same_vendor = [gpu for gpu in state.gpus if gpu.accelerator.vendor == vendor]
     if not same_vendor:
         return NoFitReason.VENDOR_MISMATCH, vendor_mismatch(state, vendor)
-    new_enough = [gpu for gpu in same_vendor if meets_versions(gpu.accelerator, request)]
+    new_enough = _new_enough(same_vendor, request)
     if not new_enough:
         return NoFitReason.ACCEL_VERSION_UNMET, accel_version_unmet(same_vendor, request)
     if need.tensor_parallel > 1:
         return _explain_tensor_parallel(new_enough, request, estimate, need)
-    usable = [gpu for gpu in new_enough if mode_for(gpu.kind, need) is not None]
+    modes = {kind: mode_for(kind, need) for kind in Kind}
+    usable = [gpu for gpu in new_enough if modes[gpu.kind] is not None]
     room = RoomFacts.of(usable, request, estimate, need)
     if all(gpu.kind is Kind.UNIFIED for gpu in usable):
         return NoFitReason.INSUFFICIENT_SYSTEM_MEMORY, insufficient_system_memory(room)
@@ -60,6 +61,16 @@ def explain(
         message = sharing_not_configured(sharing_would_help, need)
         return NoFitReason.SHARING_NOT_CONFIGURED, message
     return NoFitReason.INSUFFICIENT_CAPACITY, insufficient_capacity(room)
+
+
+def _new_enough(gpus: list[GpuState], request: PlacementRequest) -> list[GpuState]:
+    """The GPUs whose versions the engine accepts, checked once per kind of card."""
+    verdicts: dict[tuple[str | None, str | None], bool] = {}
+    for gpu in gpus:
+        card = (gpu.accelerator.compute_capability, gpu.accelerator.driver)
+        if card not in verdicts:
+            verdicts[card] = meets_versions(gpu.accelerator, request)
+    return [g for g in gpus if verdicts[(g.accelerator.compute_capability, g.accelerator.driver)]]
 
 
 def _explain_tensor_parallel(
@@ -112,15 +123,19 @@ class RoomFacts:
     def of(
         cls, units: list[GpuState], request: PlacementRequest, estimate: Estimate, need: CopyNeed
     ) -> RoomFacts:
-        offers = [offer for gpu in units for offer in unit_offers(gpu, need)]
+        # What a unit offers depends only on its static kind: work it out once per kind.
+        by_kind = {gpu.static_id: gpu for gpu in units}
+        offers = [offer for gpu in by_kind.values() for offer in unit_offers(gpu, need)]
         holding = [reserve for reserve, budget in offers if budget >= need.estimate_bytes]
-        best = max(units, key=lambda g: (free_room(g, need), g.machine.name), default=None)
+        modes = {kind: mode_for(kind, need) for kind in Kind}
+        room = [(free_room(gpu, modes[gpu.kind]), gpu.machine.name, gpu) for gpu in units]
+        largest, _, best = max(room, key=lambda r: r[:2], default=(0, "", None))
         return cls(
             estimate=estimate,
             request=request,
             reserve_needed=min(holding, default=0),
             largest_engine_budget=max((budget for _, budget in offers), default=0),
-            largest_free=free_room(best, need) if best else 0,
+            largest_free=largest,
             largest_free_at=where(best) if best else "none",
             unified_only=all(gpu.kind is Kind.UNIFIED for gpu in units),
         )
@@ -141,15 +156,8 @@ def unit_offers(gpu: GpuState, need: CopyNeed) -> list[tuple[int, int]]:
     return [(reserve, int(engine_share(mode, need, replicas) * gpu.memory))]
 
 
-def unit_size(gpu: GpuState) -> int:
-    if gpu.kind is Kind.MIG:
-        return max((s.memory for s in gpu.slices), default=0)
-    return gpu.memory
-
-
-def free_room(gpu: GpuState, need: CopyNeed) -> int:
-    """The most a copy of this request could be given on the unit now, in bytes."""
-    mode = mode_for(gpu.kind, need)
+def free_room(gpu: GpuState, mode: Mode | None) -> int:
+    """The most a copy placed this way could be given on the unit now, in bytes."""
     replicas = gpu.accelerator.replicas
     if mode is Mode.SLICE:
         return max((s.memory for s in gpu.slices if s.free), default=0)
@@ -207,6 +215,12 @@ def accel_version_unmet(same_vendor: list[GpuState], request: PlacementRequest) 
 
 def insufficient_gpu_count(needed: int, total: dict[str, int], free: dict[str, int]) -> str:
     largest = max(total.values(), default=0)
+    if largest == 0:
+        return (
+            f"Each copy needs {needed} whole accelerators on one machine, but this cluster's "
+            "accelerators are only shared as MIG slices, MPS replicas or unified memory, which a "
+            "copy cannot span. Use one accelerator or less per copy."
+        )
     if largest < needed:
         return (
             f"Each copy needs {needed} accelerators on one machine, but no machine in this "

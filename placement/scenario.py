@@ -35,6 +35,9 @@ from placement.types import (
 
 T = TypeVar("T")
 Json = dict[str, object]
+# Beyond these a number is a typo, and arithmetic on it would overflow floats.
+LARGEST_WHOLE_NUMBER = 2**53
+LARGEST_GIB = 1e9
 
 
 class ScenarioError(ValueError):
@@ -85,6 +88,8 @@ class Fields:
             raise ScenarioError(self.at(key), "must be a whole number")
         if not float(value).is_integer():
             raise ScenarioError(self.at(key), f"must be a whole number, not {value}")
+        if abs(value) > LARGEST_WHOLE_NUMBER:
+            raise ScenarioError(self.at(key), f"must be at most {LARGEST_WHOLE_NUMBER}")
         if minimum is not None and value < minimum:
             raise ScenarioError(self.at(key), _at_least(minimum))
         return int(value)
@@ -109,6 +114,8 @@ class Fields:
 
     def gib_bytes(self, key: str, positive: bool = False) -> int:
         gigabytes = self.number(key, above=0.0) if positive else self.number(key, minimum=0.0)
+        if gigabytes > LARGEST_GIB:
+            raise ScenarioError(self.at(key), f"must be at most {LARGEST_GIB:g} GiB")
         return round(gigabytes * GIB)
 
     def optional_gib_bytes(self, key: str) -> int | None:
@@ -187,15 +194,15 @@ MODEL_FIELDS = (
 )
 
 
+def mla_from_json(f: Fields) -> MlaFacts | None:
+    if not f.present("mla"):
+        return None
+    m = Fields(f.data["mla"], f.at("mla"), ("kv_lora_rank", "qk_rope_head_dim"))
+    return build(m.path, MlaFacts, m.integer("kv_lora_rank", 1), m.integer("qk_rope_head_dim", 0))
+
+
 def model_from_json(value: object, path: str) -> ModelFacts:
     f = Fields(value, path, MODEL_FIELDS)
-    mla = None
-    if f.present("mla"):
-        m = Fields(f.data["mla"], f.at("mla"), ("kv_lora_rank", "qk_rope_head_dim"))
-        rank, rope = m.integer("kv_lora_rank", 1), m.integer("qk_rope_head_dim", 0)
-        mla = build(m.path, MlaFacts, rank, rope)
-    if not f.present("weight_bytes") and not f.present("parameters"):
-        raise ScenarioError(f.at("weight_bytes"), "is missing (give weight_bytes or parameters)")
     return build(
         path,
         ModelFacts,
@@ -213,7 +220,7 @@ def model_from_json(value: object, path: str) -> ModelFacts:
         intermediate_size=f.optional_integer("intermediate_size", 1),
         sliding_window=f.optional_integer("sliding_window", 1),
         global_layers=f.optional_integer("global_layers", 0),
-        mla=mla,
+        mla=mla_from_json(f),
         encoder_only=f.boolean("encoder_only", False),
     )
 

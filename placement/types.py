@@ -48,6 +48,7 @@ class NoFitReason(StrEnum):
     SHARING_NOT_CONFIGURED = "sharing_not_configured"
 
 
+MAX_COPIES = 10_000
 SHARING_NOT_CONFIGURED_NOTICE = "SharingNotConfigured"
 HIGH_ENGINE_SHARE_NOTICE = "EngineShareAbove95"
 
@@ -203,6 +204,8 @@ class PlacementRequest:
             f"must be a share between 0 and 1, or a whole number of accelerators, not {size}",
         )
         _check(self.copies >= 0, "copies", "must not be negative")
+        # Every copy that does not fit gets its own reason: keep the answer a sane size.
+        _check(self.copies <= MAX_COPIES, "copies", f"must be at most {MAX_COPIES}")
         heads = self.model.attention_heads
         _check(
             heads % self.tensor_parallel == 0,
@@ -212,6 +215,11 @@ class PlacementRequest:
         self._check_engine_against_model()
 
     def _check_engine_against_model(self) -> None:
+        _check(
+            self.engine.kv_cache_dtype != "fp8_ds_mla" or self.model.mla is not None,
+            "engine.kv_cache_dtype",
+            "fp8_ds_mla is only for MLA models (DeepSeek)",
+        )
         length = self.engine.max_model_len
         _check(
             length is None or length <= self.model.max_context,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 
 from placement.types import (
@@ -64,6 +64,11 @@ class Mode(Enum):
     SLICE = "slice"  # one MIG slice
 
 
+# What decides how copies fit on a unit, apart from what is on it: kind, memory, replicas and
+# the memory of each MIG slice (smallest first).
+StaticKey = tuple[Kind, int, int, tuple[int, ...]]
+
+
 def share_units(share: float) -> int:
     return round(share * SHARE_SCALE)
 
@@ -80,14 +85,14 @@ class SliceState:
 
 
 class MachineState:
-    __slots__ = ("name", "gpus", "untouched", "placed", "version")
+    __slots__ = ("name", "units", "untouched", "placed")
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, units: range) -> None:
         self.name = name
-        self.gpus: list[GpuState] = []
+        # Unit ids, not the units: no reference cycle, so a plan's state is freed at once.
+        self.units = units
         self.untouched = 0  # GPUs with nothing on them
         self.placed = 0  # copies of the current request placed here
-        self.version = 0
 
 
 class GpuState:
@@ -97,6 +102,8 @@ class GpuState:
         "uid",
         "machine",
         "accelerator",
+        "index",
+        "never_whole",
         "indices",
         "kind",
         "memory",
@@ -104,27 +111,41 @@ class GpuState:
         "free_share",
         "copies",
         "slices",
-        "static_key",
+        "static_id",
         "version",
     )
 
     def __init__(
-        self, uid: int, machine: MachineState, accelerator: Accelerator, kind: Kind, memory: int
+        self,
+        uid: int,
+        machine: MachineState,
+        accelerator: Accelerator,
+        kind: Kind,
+        memory: int,
+        static_ids: dict[StaticKey, int],
     ) -> None:
         self.uid = uid
         self.machine = machine
         self.accelerator = accelerator
+        self.index = accelerator.index
         self.indices: tuple[int, ...] = (accelerator.index,)
         self.kind = kind
+        # MIG slices and MPS replicas never host a whole-GPU copy: using one costs no whole GPU.
+        self.never_whole = kind in (Kind.MIG, Kind.MPS)
         self.memory = memory
         self.free_bytes = memory
         self.free_share = SHARE_SCALE
         self.copies = 0  # reservations on it (or on its slices), of any deployment
-        # Smallest first, so the first free slice that holds a copy is the smallest one.
-        slices = [SliceState(s, position) for position, s in enumerate(accelerator.mig or ())]
-        self.slices = sorted(slices, key=lambda s: (s.memory, s.position))
-        slice_memories = tuple(s.memory for s in self.slices)
-        self.static_key = (kind, memory, accelerator.replicas, slice_memories)
+        self.slices: tuple[SliceState, ...] = ()
+        slice_memories: tuple[int, ...] = ()
+        if accelerator.mig:
+            # Smallest first, so the first free slice that holds a copy is the smallest one.
+            slices = [SliceState(s, position) for position, s in enumerate(accelerator.mig)]
+            self.slices = tuple(sorted(slices, key=lambda s: (s.memory, s.position)))
+            slice_memories = tuple(s.memory for s in self.slices)
+        # Units of one static kind share their rules: intern the kind as a small number.
+        static_key = (kind, memory, accelerator.replicas, slice_memories)
+        self.static_id = static_ids.setdefault(static_key, len(static_ids))
         self.version = 0
 
     @property
@@ -138,6 +159,11 @@ class ClusterState:
     machines: list[MachineState]
     gpus: list[GpuState]
     by_accelerator: dict[tuple[str, int], GpuState]
+    static_ids: dict[StaticKey, int]
+
+    @property
+    def static_keys(self) -> list[StaticKey]:
+        return list(self.static_ids)  # in id order: ids are given in insertion order
 
 
 def kind_of(machine: Machine, accelerator: Accelerator, sharing: ClusterSharing) -> Kind:
@@ -145,51 +171,56 @@ def kind_of(machine: Machine, accelerator: Accelerator, sharing: ClusterSharing)
         return Kind.UNIFIED
     if accelerator.mig is not None:
         return Kind.MIG
-    if accelerator.sharing is GpuSharing.MPS:
-        return Kind.MPS
-    if accelerator.sharing is GpuSharing.TIME_SLICED:
-        return Kind.TIME_SLICED
+    if accelerator.sharing is not None:
+        return _KIND_OF_SHARING[accelerator.sharing]
     # A GPU with its own strategy shares whatever the cluster says; one without follows it.
-    return Kind.WHOLE if sharing is ClusterSharing.WHOLE_GPU else Kind.SHARED
+    return _KIND_OF_CLUSTER[sharing]
+
+
+_KIND_OF_SHARING = {GpuSharing.MPS: Kind.MPS, GpuSharing.TIME_SLICED: Kind.TIME_SLICED}
+_KIND_OF_CLUSTER = {ClusterSharing.WHOLE_GPU: Kind.WHOLE, ClusterSharing.FRACTIONAL: Kind.SHARED}
 
 
 def build_state(inventory: Inventory) -> ClusterState:
-    state = ClusterState(inventory, [], [], {})
+    state = ClusterState(inventory, [], [], {}, {})
     for machine in sorted(inventory.machines, key=lambda m: m.name):
         _add_machine(state, machine)
     for reservation in inventory.reservations:
         gpu = state.by_accelerator.get((reservation.machine, reservation.accelerator))
         if gpu is not None:  # a reservation on hardware that is gone holds nothing
             _apply_reservation(gpu, reservation)
-    for machine_state in state.machines:
-        machine_state.untouched = sum(1 for gpu in machine_state.gpus if gpu.untouched)
+    for gpu in state.gpus:
+        gpu.machine.untouched += gpu.copies == 0
     return state
 
 
 def _add_machine(state: ClusterState, machine: Machine) -> None:
     if not machine.accelerators:
         return  # a machine without accelerators receives no placements
-    machine_state = MachineState(machine.name)
+    first = len(state.gpus)
+    units = range(first, first + (1 if machine.unified_memory else len(machine.accelerators)))
+    machine_state = MachineState(machine.name, units)
     state.machines.append(machine_state)
     accelerators = sorted(machine.accelerators, key=lambda a: a.index)
     if machine.unified_memory:
         # Every accelerator of the machine draws on one pool: system memory less a reserve.
         pool = max(0, machine.system_memory_bytes - UNIFIED_RESERVE_BYTES)
-        gpu = GpuState(len(state.gpus), machine_state, accelerators[0], Kind.UNIFIED, pool)
+        gpu = GpuState(first, machine_state, accelerators[0], Kind.UNIFIED, pool, state.static_ids)
         gpu.indices = tuple(a.index for a in accelerators)
-        _register(state, machine_state, gpu)
+        _register(state, gpu)
         return
+    sharing = state.inventory.sharing
     for accelerator in accelerators:
-        kind = kind_of(machine, accelerator, state.inventory.sharing)
-        gpu = GpuState(len(state.gpus), machine_state, accelerator, kind, accelerator.memory_bytes)
-        _register(state, machine_state, gpu)
+        kind = kind_of(machine, accelerator, sharing)
+        memory = accelerator.memory_bytes
+        gpu = GpuState(len(state.gpus), machine_state, accelerator, kind, memory, state.static_ids)
+        _register(state, gpu)
 
 
-def _register(state: ClusterState, machine_state: MachineState, gpu: GpuState) -> None:
+def _register(state: ClusterState, gpu: GpuState) -> None:
     state.gpus.append(gpu)
-    machine_state.gpus.append(gpu)
     for index in gpu.indices:
-        state.by_accelerator[(machine_state.name, index)] = gpu
+        state.by_accelerator[(gpu.machine.name, index)] = gpu
 
 
 def _apply_reservation(gpu: GpuState, reservation: Reservation) -> None:
@@ -285,50 +316,86 @@ def holds(need: CopyNeed, mode: Mode, memory: int, replicas: int = 1) -> bool:
     return need.estimate_bytes <= int(engine_share(mode, need, replicas) * memory)
 
 
-def first_free_slice(gpu: GpuState, need: CopyNeed) -> SliceState | None:
+@dataclass(frozen=True)
+class UnitRule:
+    """What one copy takes on units of one static kind: worked out once per kind and request."""
+
+    mode: Mode | None  # None: the copy cannot use such a unit
+    holds: bool  # the engine's share of the unit holds the copy's estimate
+    room_bytes: int
+    room_share: int
+    replica_limit: int  # copies a time-sliced or MPS GPU takes; 0: no such limit
+    slice_holds: tuple[bool, ...]  # per MIG slice, smallest first
+    engine_share: float
+    empty_count: int  # copies such a unit takes with nothing on it
+
+    # The mode as flags, for the hot loops (an enum member lookup costs more than the test).
+    by_slice: bool = field(init=False)
+    whole: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "by_slice", self.mode is Mode.SLICE)
+        object.__setattr__(self, "whole", self.mode is Mode.WHOLE)
+
+
+NO_RULE = UnitRule(None, False, 1, 1, 0, (), 0.0, 0)
+
+
+def unit_rule(key: StaticKey, need: CopyNeed) -> UnitRule:
+    kind, memory, replicas, slice_memories = key
+    mode = mode_for(kind, need)
+    if mode is None:
+        return NO_RULE
+    share = engine_share(mode, need, replicas)
+    room_bytes, room_share = reserved(mode, need, memory, replicas)
+    room_bytes, room_share = max(room_bytes, 1), max(room_share, 1)
+    fits = need.estimate_bytes <= int(share * memory)
+    slice_holds = tuple(need.estimate_bytes <= int(share * m) for m in slice_memories)
+    limit = replicas if kind in (Kind.TIME_SLICED, Kind.MPS) else 0
+    if mode is Mode.SLICE:
+        empty = sum(slice_holds)
+    elif not fits:
+        empty = 0
+    elif mode is Mode.WHOLE:
+        empty = 1
+    else:
+        empty = min(SHARE_SCALE // room_share, memory // room_bytes, limit or SHARE_SCALE)
+    return UnitRule(mode, fits, room_bytes, room_share, limit, slice_holds, share, empty)
+
+
+class Rules:
+    """The unit rules of one request, per static kind of unit (a cluster has only a few)."""
+
+    def __init__(self, need: CopyNeed, static_keys: list[StaticKey]) -> None:
+        self.need = need
+        self.by_id = [unit_rule(key, need) for key in static_keys]
+
+    def of(self, gpu: GpuState) -> UnitRule:
+        return self.by_id[gpu.static_id]
+
+
+def first_free_slice(gpu: GpuState, rule: UnitRule) -> SliceState | None:
     """The smallest free slice whose engine share holds the copy."""
-    for mig_slice in gpu.slices:
-        if mig_slice.free and holds(need, Mode.SLICE, mig_slice.memory):
+    for mig_slice, fits in zip(gpu.slices, rule.slice_holds, strict=True):
+        if fits and mig_slice.free:
             return mig_slice
     return None
 
 
-def copies_that_fit(gpu: GpuState, need: CopyNeed) -> int:
-    """How many more copies of this size the unit takes now."""
-    mode = mode_for(gpu.kind, need)
-    replicas = gpu.accelerator.replicas
-    if mode is None:
+def copies_that_fit(gpu: GpuState, rule: UnitRule) -> int:
+    """How many more copies the unit takes now (each unit independently of the others)."""
+    if rule.by_slice:
+        return sum(
+            1 for s, fits in zip(gpu.slices, rule.slice_holds, strict=True) if fits and s.free
+        )
+    if not rule.holds:  # also when the copy cannot use such a unit at all
         return 0
-    if mode is Mode.SLICE:
-        return sum(1 for s in gpu.slices if s.free and holds(need, mode, s.memory))
-    if not holds(need, mode, gpu.memory, replicas):
-        return 0
-    if mode is Mode.WHOLE:
-        return 1 if gpu.untouched else 0
-    room_bytes, room_share = reserved(mode, need, gpu.memory, replicas)
-    count = min(gpu.free_share // max(room_share, 1), gpu.free_bytes // max(room_bytes, 1))
-    if gpu.kind in (Kind.TIME_SLICED, Kind.MPS):
-        count = min(count, replicas - gpu.copies)
-    return max(0, count)
-
-
-def copies_that_fit_empty(
-    static_key: tuple[Kind, int, int, tuple[int, ...]], need: CopyNeed
-) -> int:
-    """copies_that_fit for a unit of this static kind with nothing on it."""
-    kind, memory, replicas, slice_memories = static_key
-    mode = mode_for(kind, need)
-    if mode is None:
-        return 0
-    if mode is Mode.SLICE:
-        return sum(1 for size in slice_memories if holds(need, mode, size))
-    if not holds(need, mode, memory, replicas):
-        return 0
-    if mode is Mode.WHOLE:
-        return 1
-    room_bytes, room_share = reserved(mode, need, memory, replicas)
-    count = min(SHARE_SCALE // max(room_share, 1), memory // max(room_bytes, 1))
-    return min(count, replicas) if kind in (Kind.TIME_SLICED, Kind.MPS) else count
+    if rule.whole:
+        return 1 if gpu.copies == 0 else 0
+    count = min(gpu.free_share // rule.room_share, gpu.free_bytes // rule.room_bytes)
+    if rule.replica_limit:
+        count = min(count, rule.replica_limit - gpu.copies)
+    return count if count > 0 else 0
 
 
 def sharing_class(gpu: GpuState, mig_slice: SliceState | None) -> str:

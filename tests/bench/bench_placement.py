@@ -702,6 +702,7 @@ def median_ms(run: Callable[[], object], repeats: int) -> float:
 class SpeedFigures:
     machines: int = 0
     fit_check_ms: float = 0.0
+    no_room_ms: float = 0.0  # a fit check that finds no room, so it writes every reason
     plan_100_ms: float = 0.0
     first_fit_100_ms: float = 0.0
     curve: list[tuple[int, float, float]] = field(default_factory=list)  # machines, plan, first-fit
@@ -713,15 +714,16 @@ QWEN3_8B = PlacementRequest(
 
 
 def plan_and_first_fit_ms(cluster: Inventory, repeats: int) -> tuple[float, float]:
-    return median_ms(lambda: plan(cluster, QWEN3_8B), repeats), median_ms(
-        lambda: first_fit(cluster, QWEN3_8B), repeats
-    )
+    planned = median_ms(lambda: plan(cluster, QWEN3_8B), repeats)
+    return planned, median_ms(lambda: first_fit(cluster, QWEN3_8B), repeats)
 
 
 def speed(rng: random.Random, headline: int, sizes: list[int], repeats: int) -> SpeedFigures:
     cluster = big_cluster(rng, headline, headline * 5)
     check = PlacementRequest(QWEN3_8B.model, QWEN3_8B.engine, 0.5, 3)
+    too_big = PlacementRequest(MODELS[8], QWEN3_8B.engine, 1, 3)  # 70B on one GPU: nowhere
     figures = SpeedFigures(headline, median_ms(lambda: plan(cluster, check), repeats))
+    figures.no_room_ms = median_ms(lambda: plan(cluster, too_big), repeats)
     figures.plan_100_ms, figures.first_fit_100_ms = plan_and_first_fit_ms(cluster, repeats)
     for machines in sizes:
         timings = plan_and_first_fit_ms(
@@ -787,6 +789,7 @@ def lines(report: Report, smoke: bool) -> Iterator[str]:
     yield ""
     yield f"(c) Speed on {c.machines} machines x 8 GPUs, {c.machines * 5} reservations (median)"
     yield f"    fit check (3 copies)      {c.fit_check_ms:7.1f} ms"
+    yield f"    fit check, no room        {c.no_room_ms:7.1f} ms   (a reason for each copy)"
     ratio = c.plan_100_ms / c.first_fit_100_ms
     yield f"    plan 100 copies           {c.plan_100_ms:7.1f} ms   naive first-fit {c.first_fit_100_ms:7.1f} ms   ratio {ratio:.2f}"
     yield "    machines   plan 100 copies   naive first-fit   plan / first-fit"

@@ -280,4 +280,3 @@ def request(
 def reserve(machine_name: str, index: int, share: float, memory: int = H100_BYTES) -> Reservation:
     """What an earlier copy of `share` of a GPU reserved."""
     return Reservation(machine_name, index, int(share * memory), share)
-

@@ -186,7 +186,9 @@ def test_llama_3_1_8b_non_kv_memory_matches_h100_profile() -> None:
         # reference/vllm.md §4: "Estimated CUDA graph memory: 0.84 GiB total" (v0.19.0).
         pytest.param(LLAMA_3_1_8B, BF16, 0.84, id="Llama-3.1-8B"),
         # vllm PR #21489: gemma-3-4b-it on B200, CUDA graphs 0.65 GiB (1024 sequences).
-        pytest.param(GEMMA_3_4B, dataclasses.replace(BF16, max_num_seqs=1024), 0.65, id="gemma-3-4b"),
+        pytest.param(
+            GEMMA_3_4B, dataclasses.replace(BF16, max_num_seqs=1024), 0.65, id="gemma-3-4b"
+        ),
         # reference/vllm.md §3.1: "2.23 GiB for a Gemma-class 5376-hidden model at TP 2".
         pytest.param(GEMMA_3_27B, BF16, 2.23, id="gemma-3-27b at TP 2"),
     ],

@@ -203,7 +203,9 @@ def test_unified_memory_shares_split_the_pool() -> None:
 
 
 def test_engine_share_set_by_the_operator_is_used_and_bounded() -> None:
-    result = plan(cluster(h100_machine("m1", 1)), request(QWEN3_8B, 0.5, gpu_memory_utilization=0.45))
+    result = plan(
+        cluster(h100_machine("m1", 1)), request(QWEN3_8B, 0.5, gpu_memory_utilization=0.45)
+    )
     assert result.placed[0].gpu_memory_utilization == 0.45
     with pytest.raises(ValueError, match="at most 0.9 x the copy's share"):
         request(QWEN3_8B, 0.5, gpu_memory_utilization=0.5)
