@@ -114,7 +114,7 @@ class ClusterAdmin(admin.ModelAdmin):
     list_display = ["name", "kind", "topology", "state", "sharing_strategy", "last_seen"]
     list_filter = ["kind", "state", "sharing_strategy"]
     search_fields = ["name", "description"]
-    readonly_fields = ["state", "notices", "last_seen", "has_kubeconfig"]
+    readonly_fields = ["state", "notices", "discovery_message", "last_seen", "has_kubeconfig"]
     inlines = [MachineInline]
     actions = [test_connection_action, refresh_action]
 

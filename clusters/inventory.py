@@ -80,14 +80,19 @@ def apply_discovery(cluster: Cluster, discovery: Discovery) -> None:
     """Make the cluster's rows match what discovery reported."""
     now = timezone.now()
     if not discovery.reachable:
-        Cluster.objects.filter(pk=cluster.pk).update(state=ClusterState.UNREACHABLE)
+        Cluster.objects.filter(pk=cluster.pk).update(
+            state=ClusterState.UNREACHABLE, discovery_message=discovery.message
+        )
         return
     with transaction.atomic():
         seen = [write_machine(cluster, found, now).pk for found in discovery.machines]
         cluster.machines.exclude(pk__in=seen).update(ready=False)
         state = ClusterState.DEGRADED if discovery.notices else ClusterState.READY
         Cluster.objects.filter(pk=cluster.pk).update(
-            state=state, last_seen=now, notices=list(discovery.notices)
+            state=state,
+            last_seen=now,
+            notices=list(discovery.notices),
+            discovery_message=discovery.message,
         )
 
 

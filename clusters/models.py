@@ -82,6 +82,8 @@ class Cluster(models.Model):
         max_length=16, choices=ClusterState.choices, default=ClusterState.CONNECTING, editable=False
     )
     last_seen = models.DateTimeField(null=True, blank=True, editable=False)
+    # What the last discovery said, in words (e.g. "no GPUs found on this machine").
+    discovery_message = models.TextField(blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -46,3 +46,14 @@ def test_a_cluster_without_sharing_explains_the_notice(as_carol):
     Cluster.objects.filter(pk=cluster.pk).update(notices=["SharingNotConfigured"])
     page = as_carol.get(f"/clusters/{cluster.pk}/").content.decode()
     assert "GPUs are not shared" in page and "Enable time-slicing, MPS or MIG" in page
+
+
+def test_a_standalone_cluster_without_gpus_says_so_and_stays_usable(as_alice, tmp_path, settings):
+    from clusters.inventory import refresh
+
+    settings.STATE_DIR = tmp_path
+    cluster = Cluster.objects.create(name="this-box", kind="standalone")
+    refresh(cluster)  # no NVML library or driver on this machine
+    page = as_alice.get(f"/clusters/{cluster.pk}/").content.decode()
+    assert "no GPUs found on this machine" in page
+    assert Cluster.objects.get(pk=cluster.pk).machines.count() == 1
