@@ -53,6 +53,7 @@ test: lint check pytest
 
 bench: venv
 	$(PY) tests/bench/bench_placement.py
+	$(PY) tests/bench/bench_gateway.py
 	BERTH_BENCH_FULL=1 $(TEST_ENV) $(WITH_SERVICES) $(VENV)/bin/pytest tests/bench -m bench -s
 
 vendor:

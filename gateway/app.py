@@ -1,0 +1,228 @@
+"""The gateway as a thin ASGI app (its own process: gateway/asgi.py), and the console's /metrics.
+
+It reads the key and the body, hands the call to the gateway, and relays the reply piece by
+piece. From the moment the body is read it listens for the client going away, and then cancels
+the request, which closes the upstream connection and so cancels the request at the copy too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Awaitable, Callable, Coroutine, MutableMapping
+from importlib import import_module
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user
+from django.http import HttpRequest
+from django.http.cookie import parse_cookie
+
+from console.access import is_platform_admin
+from gateway import errors, service
+from gateway.errors import GatewayError
+from gateway.keys import Caller, bearer, caller_of
+from gateway.metrics import text as metrics_text
+from gateway.relay import JSON, RELAYED, Call, Reply, error_reply
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+MODELS = "/v1/models"
+METRICS = "/metrics"
+HEALTH = "/health"
+PROMETHEUS = [(b"content-type", b"text/plain; version=0.0.4; charset=utf-8")]
+MAX_BODY_BYTES = 64 << 20
+
+
+class ClientGone(Exception):
+    """The client disconnected before its request was read."""
+
+
+async def application(scope: Scope, receive: Receive, send: Send) -> None:
+    """ASGI entry point of the gateway's process (gateway/asgi.py)."""
+    if scope["type"] == "lifespan":
+        await lifespan(receive, send)
+        return
+    if scope["path"] == HEALTH:
+        await send_reply(Reply(200, JSON, b'{"status": "ok"}'), send)
+        return
+    try:
+        prepared = await prepare(scope, receive)
+    except ClientGone:
+        return
+    if isinstance(prepared, Reply):
+        await send_reply(prepared, send)
+        return
+    # From here on the client may leave at any time, also while the copy is still silent.
+    await until_disconnect(receive, serve(prepared, send))
+
+
+async def prepare(scope: Scope, receive: Receive) -> Call | Reply:
+    """The call to relay, or the reply that ends the request here (a GatewayError's body)."""
+    path, method = scope["path"], scope["method"]
+    try:
+        route_known(path, method)
+        caller = await authenticate(scope)
+        if path == MODELS:
+            return await service.current().models(caller)
+        return Call(path, parse_body(await read_body(receive)), caller)
+    except GatewayError as error:
+        return error_reply(error)
+
+
+async def serve(call: Call, send: Send) -> None:
+    reply = await service.current().handle(call)
+    try:
+        await send_reply(reply, send)
+    finally:
+        if reply.close is not None:
+            await reply.close()  # also when cancelled: it closes the request at the copy
+
+
+def route_known(path: str, method: str) -> None:
+    expected = "GET" if path == MODELS else "POST" if path in RELAYED else None
+    if expected is None:
+        raise GatewayError(404, f"There is no {path} here. The gateway answers {listing()}.")
+    if method != expected:
+        raise GatewayError(405, f"{path} takes {expected} requests, not {method}.")
+
+
+def listing() -> str:
+    return ", ".join((f"GET {MODELS}", *(f"POST {p}" for p in RELAYED)))
+
+
+async def authenticate(scope: Scope) -> Caller:
+    secret = bearer(header(scope, b"authorization"))
+    if secret is None:
+        raise errors.missing_key()
+    try:
+        caller = await service.KEYS.caller(secret)
+    except Exception as error:  # the database is away: the key cannot be checked
+        why = "API keys cannot be checked just now. Try again shortly."
+        raise GatewayError(503, why) from error
+    if caller is None:
+        raise errors.bad_key()
+    return caller
+
+
+def header(scope: Scope, name: bytes) -> str:
+    for key, value in scope["headers"]:
+        if key.lower() == name:
+            return bytes(value).decode("latin-1")
+    return ""
+
+
+async def read_body(receive: Receive) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientGone()
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise GatewayError(400, f"The request body is over {MAX_BODY_BYTES >> 20} MiB.")
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def parse_body(raw: bytes) -> dict[str, Any]:
+    try:
+        body = json.loads(raw)
+    except ValueError as error:
+        raise errors.not_json(str(error)) from None
+    if not isinstance(body, dict) or not isinstance(body.get("model"), str) or not body["model"]:
+        raise errors.no_model()
+    return body
+
+
+async def until_disconnect(receive: Receive, work: Coroutine[Any, Any, None]) -> None:
+    """Run the work; a client that disconnects meanwhile cancels it."""
+    working = asyncio.create_task(work)
+    watching = asyncio.create_task(wait_for_disconnect(receive))
+    try:
+        await asyncio.wait((working, watching), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (working, watching):
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, OSError):
+            await working
+
+
+async def send_reply(reply: Reply, send: Send) -> None:
+    streaming = reply.more is not None
+    await send({"type": "http.response.start", "status": reply.status, "headers": reply.headers})
+    await send({"type": "http.response.body", "body": reply.body, "more_body": streaming})
+    if reply.more is None:
+        return
+    while (piece := await reply.more()) is not None:
+        await send({"type": "http.response.body", "body": piece, "more_body": True})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def wait_for_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def lifespan(receive: Receive, send: Send) -> None:
+    """When the gateway runs as its own server: flush the figures on the way out."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            with contextlib.suppress(Exception):
+                await service.run_blocking(service.FIGURES.flush)
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+async def metrics(scope: Scope, receive: Receive, send: Send) -> None:
+    """Prometheus' /metrics: with an API key (its teams' deployments) or as a staff user."""
+    try:
+        caller = await metrics_reader(scope)
+    except GatewayError as error:
+        reply = error_reply(error)
+    else:
+        text = await service.run_blocking(lambda: metrics_text(caller))
+        reply = Reply(200, PROMETHEUS, text.encode())
+    await send_reply(reply, send)
+
+
+async def metrics_reader(scope: Scope) -> Caller:
+    if header(scope, b"authorization"):
+        return await authenticate(scope)
+    session_key = parse_cookie(header(scope, b"cookie")).get(settings.SESSION_COOKIE_NAME)
+    if not session_key:
+        raise errors.missing_key()
+    return await service.run_blocking(lambda: staff_caller(session_key))
+
+
+def staff_caller(session_key: str) -> Caller:
+    """Blocking: the staff user a session cookie names, checked as Django checks it."""
+    request = HttpRequest()
+    request.session = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+    user = get_user(request)
+    if not user.is_authenticated:
+        raise errors.missing_key()
+    if not is_platform_admin(user):
+        raise GatewayError(403, "Only platform admins may read /metrics without an API key.")
+    return caller_of(user)
+
+
+def in_front_of(django_app: Callable[..., Awaitable[None]]) -> Callable[..., Awaitable[None]]:
+    """The console's /metrics here, everything else to Django (for console/asgi.py)."""
+
+    async def route(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] == METRICS:
+            await metrics(scope, receive, send)
+        else:
+            await django_app(scope, receive, send)
+
+    return route

@@ -1,0 +1,152 @@
+"""The table of deployments and their ready copies that the gateway routes by, cached.
+
+Built from the database in a worker thread (never on the event loop) and swapped in whole, so a
+request always sees one consistent table. It is rebuilt when something changes: a deployment's
+broadcast, a copy that failed to connect, or a short periodic check (BERTH_GATEWAY_REFRESH_S)
+that also catches what no broadcast announces (a changed chat name or reply wait).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from django.conf import settings
+
+from clusters.backends.kubernetes.manifests import DEFAULT_PORT, object_name
+from clusters.models import ClusterKind
+from deployments.choices import DEPLOYMENT_ACTIVE, CopyState, DeploymentState
+from deployments.launching import served_name
+from deployments.models import Copy, Deployment
+from gateway.keys import Caller
+
+# A deployment that is stopping, stopped or failed gets no traffic, even from a copy that
+# still answers: its operator asked for it to go.
+ROUTABLE = DEPLOYMENT_ACTIVE
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """One ready copy: where it listens and the key it wants (clients never see that key)."""
+
+    copy_id: int
+    deployment_id: int
+    url: str
+    headers: dict[str, str]  # the copy's own key, which clients never see
+
+
+@dataclass(frozen=True)
+class Route:
+    """One deployment as the gateway routes to it."""
+
+    id: int
+    name: str
+    team_id: int
+    team_name: str
+    created: int
+    chat_name: str
+    state: str
+    served_name: str
+    reply_wait_s: int
+    upstreams: tuple[Upstream, ...]
+
+    @property
+    def state_label(self) -> str:
+        return str(DeploymentState(self.state).label)
+
+
+@dataclass(frozen=True)
+class Table:
+    """Every deployment by name, and the deployments behind each chat name."""
+
+    routes: dict[str, Route] = field(default_factory=dict)
+    chats: dict[str, tuple[Route, ...]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, routes: Iterable[Route]) -> Table:
+        by_name = {route.name: route for route in routes}
+        chats: dict[str, list[Route]] = {}
+        for route in by_name.values():
+            if route.chat_name:
+                chats.setdefault(route.chat_name, []).append(route)
+        return cls(by_name, {name: tuple(group) for name, group in chats.items()})
+
+    def resolve(self, model: str, caller: Caller) -> list[Route] | None:
+        """The deployments a model name means to this caller: chat names are looked up first."""
+        group = [r for r in self.chats.get(model, ()) if caller.may_use(r.team_id)]
+        if group:
+            return group
+        route = self.routes.get(model)
+        if route is not None and caller.may_use(route.team_id):
+            return [route]
+        return None
+
+    def on_offer(self, caller: Caller) -> list[str]:
+        """The names this caller can send requests to now: chat names, then deployment names."""
+        serving = [r for r in self.routes.values() if r.upstreams and caller.may_use(r.team_id)]
+        chats = sorted({r.chat_name for r in serving if r.chat_name})
+        return chats + sorted(r.name for r in serving if r.name not in chats)
+
+
+def upstream_url(copy: Copy) -> str:
+    """Where a copy listens: on this machine for local and simulated engines, or at its
+    Service inside the cluster (the console must then run in that cluster)."""
+    cluster = copy.deployment.cluster
+    if cluster.kind == ClusterKind.KUBERNETES:
+        host = f"{object_name(copy.deployment.name, copy.ordinal)}.{cluster.namespace}.svc"
+        return f"http://{host}:{copy.port or DEFAULT_PORT}"
+    return f"http://127.0.0.1:{copy.port}"
+
+
+class KeyBox:
+    """Decrypted engine keys by copy, so a refresh decrypts only copies it has not seen."""
+
+    def __init__(self) -> None:
+        self.keys: dict[tuple[int, str], dict[str, str]] = {}
+
+    def headers(self, copy: Copy) -> dict[str, str]:
+        index = (copy.pk, copy.engine_api_key_encrypted)
+        if index not in self.keys:
+            secret = copy.engine_api_key()
+            self.keys[index] = {"Authorization": f"Bearer {secret}"} if secret else {}
+        return self.keys[index]
+
+    def keep_only(self, copies: Iterable[Copy]) -> None:
+        alive = {(c.pk, c.engine_api_key_encrypted) for c in copies}
+        self.keys = {k: v for k, v in self.keys.items() if k in alive}
+
+
+def load_table(keys: KeyBox) -> Table:
+    """Blocking: read deployments and their ready copies into a new table."""
+    ready = list(
+        Copy.objects.filter(state=CopyState.READY, port__isnull=False)
+        .select_related("deployment__cluster")
+        .order_by("deployment_id", "ordinal")
+    )
+    keys.keep_only(ready)
+    by_deployment: dict[int, list[Upstream]] = {}
+    for copy in ready:
+        if copy.deployment.state in ROUTABLE:
+            url, key = upstream_url(copy), keys.headers(copy)
+            found = Upstream(copy.pk, copy.deployment_id, url, key)
+            by_deployment.setdefault(copy.deployment_id, []).append(found)
+    # Stopped deployments stay in the table, so that asking for one says it is stopped.
+    rows = Deployment.objects.select_related("team").only(
+        "id", "name", "team__name", "created_at", "chat_name", "state", "reply_wait_s"
+    )
+    return Table.of(route_of(row, by_deployment.get(row.pk, [])) for row in rows)
+
+
+def route_of(deployment: Deployment, upstreams: list[Upstream]) -> Route:
+    return Route(
+        id=deployment.pk,
+        name=deployment.name,
+        team_id=deployment.team_id,
+        team_name=deployment.team.name,
+        created=int(deployment.created_at.timestamp()),
+        chat_name=deployment.chat_name,
+        state=deployment.state,
+        served_name=served_name(deployment),
+        reply_wait_s=deployment.reply_wait_s or settings.GATEWAY_REPLY_WAIT_S,
+        upstreams=tuple(upstreams),
+    )

@@ -1,0 +1,95 @@
+"""The gateway's own errors, as OpenAI-style bodies: ``{"error": {message, type, param, code}}``.
+
+Each message says what the client can do about it. The engine's own error responses are not
+made here: they pass through unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    502: "bad_gateway",
+    503: "service_unavailable",
+    504: "timeout",
+}
+
+
+class GatewayError(Exception):
+    """A request the gateway answers itself, with an HTTP status and a message."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+    def body(self) -> bytes:
+        return error_body(self.status, self.message)
+
+
+def error_body(status: int, message: str) -> bytes:
+    error = {
+        "message": message,
+        "type": ERROR_TYPES.get(status, "api_error"),
+        "param": None,
+        "code": status,
+    }
+    return json.dumps({"error": error}).encode()
+
+
+def listed(names: Iterable[str]) -> str:
+    shown = list(names)
+    return ", ".join(shown) if shown else "none"
+
+
+def missing_key() -> GatewayError:
+    return GatewayError(401, "Authentication required: send Authorization: Bearer <API key>.")
+
+
+def bad_key() -> GatewayError:
+    return GatewayError(401, "The API key is not valid or was revoked. Create one under API keys.")
+
+
+def not_json(why: str) -> GatewayError:
+    return GatewayError(400, f"The request body is not JSON: {why}.")
+
+
+def no_model() -> GatewayError:
+    return GatewayError(
+        400, 'The request body must be a JSON object with a "model": a chat name or a deployment.'
+    )
+
+
+def unknown_model(name: str, on_offer: Iterable[str]) -> GatewayError:
+    return GatewayError(
+        404, f"There is no model named {name!r} on offer to you. On offer: {listed(on_offer)}."
+    )
+
+
+def no_copy_ready(name: str, states: Iterable[tuple[str, str]]) -> GatewayError:
+    why = "; ".join(f"{deployment} is {state.lower()}" for deployment, state in states)
+    return GatewayError(503, f"No copy of {name} is ready to serve: {why}. Try again later.")
+
+
+def unreachable(name: str) -> GatewayError:
+    return GatewayError(503, f"No copy of {name} could be reached just now. Try again shortly.")
+
+
+def reply_wait_passed(seconds: int) -> GatewayError:
+    # The words of the product's troubleshooting page: the model was busy for too long.
+    return GatewayError(
+        504,
+        f"The model did not start its reply within {seconds} s; it may be busy. You can try again.",
+    )
+
+
+def broke_off(why: str) -> bytes:
+    """An SSE error event for a stream that broke after it began (as vLLM reports one)."""
+    error = {"message": f"The model's reply broke off: {why}", "type": "api_error", "code": 502}
+    return b"data: " + json.dumps({"error": error}).encode() + b"\n\ndata: [DONE]\n\n"

@@ -1,0 +1,77 @@
+"""The console's Prometheus /metrics: the gateway's figures per deployment, from the database.
+
+Totals are sums over the minute rows every gateway process flushes, so they only grow (a
+restarted gateway does not reset them) and several gateway processes add up. They lag the
+traffic by up to a minute, the flush interval.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from django.db.models import Count, Q, QuerySet, Sum
+
+from deployments.choices import CopyState
+from deployments.models import Deployment
+from gateway.keys import Caller
+from gateway.models import MinuteFigures
+
+COUNTERS = (
+    ("requests", "berth_gateway_requests_total", "Requests routed to the deployment."),
+    ("failures", "berth_gateway_failures_total", "Requests that failed (5xx or broken off)."),
+    ("timeouts", "berth_gateway_timeouts_total", "Requests whose reply did not start in time."),
+    ("generated_tokens", "berth_gateway_generated_tokens_total", "Tokens generated."),
+    ("generation_s", "berth_gateway_generation_seconds_total", "Seconds spent generating."),
+)
+SUMMARIES = (
+    ("ttft", "berth_gateway_time_to_first_token_seconds", "Time to the first token."),
+    ("latency", "berth_gateway_request_latency_seconds", "Time to the end of the reply."),
+)
+SUMMED = [field for field, _metric, _doc in COUNTERS] + [
+    f"{field}_{part}" for field, _metric, _doc in SUMMARIES for part in ("sum_s", "count")
+]
+
+
+def shown_rows(caller: Caller) -> QuerySet[MinuteFigures]:
+    rows = MinuteFigures.objects.all()
+    if caller.is_staff:
+        return rows
+    # Rows of a deleted deployment have no team any more: only staff see them.
+    return rows.filter(deployment__team_id__in=caller.team_ids)
+
+
+def totals(caller: Caller) -> list[dict[str, Any]]:
+    sums = {name: Sum(name) for name in SUMMED}
+    grouped = shown_rows(caller).values("deployment_name").annotate(**sums)
+    return sorted(grouped, key=lambda row: row["deployment_name"])
+
+
+def ready_copies(caller: Caller) -> list[tuple[str, int]]:
+    deployments = Deployment.objects.all()
+    if not caller.is_staff:
+        deployments = deployments.filter(team_id__in=caller.team_ids)
+    counted = deployments.annotate(ready=Count("copies", filter=Q(copies__state=CopyState.READY)))
+    return sorted(counted.values_list("name", "ready"))
+
+
+def text(caller: Caller) -> str:
+    """Blocking: Prometheus' text format for the deployments this caller may see."""
+    rows = totals(caller)
+    lines: list[str] = []
+    for field, metric, doc in COUNTERS:
+        lines += family(metric, "counter", doc, ((r["deployment_name"], r[field]) for r in rows))
+    for field, metric, doc in SUMMARIES:
+        lines += [f"# HELP {metric} {doc}", f"# TYPE {metric} summary"]
+        for row in rows:
+            name = row["deployment_name"]
+            lines.append(f'{metric}_sum{{deployment="{name}"}} {row[field + "_sum_s"] or 0}')
+            lines.append(f'{metric}_count{{deployment="{name}"}} {row[field + "_count"] or 0}')
+    doc = "Copies ready to serve, which the gateway routes to."
+    lines += family("berth_gateway_ready_copies", "gauge", doc, ready_copies(caller))
+    return "\n".join(lines) + "\n"
+
+
+def family(metric: str, kind: str, doc: str, values: Iterable[tuple[str, Any]]) -> list[str]:
+    lines = [f"# HELP {metric} {doc}", f"# TYPE {metric} {kind}"]
+    return lines + [f'{metric}{{deployment="{name}"}} {value or 0}' for name, value in values]

@@ -1,0 +1,307 @@
+"""One request through the gateway: to one ready copy, streamed, within the reply wait.
+
+The upstream request is always streamed. Until the first token the gateway holds what the copy
+sent (so that a reply wait that passes can still be answered with a 504, and a copy that fails
+to connect can be swapped for another); from the first token on it relays bytes as they come.
+A non-streaming client gets the stream reassembled into one response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+
+from gateway import errors, sse
+from gateway.directory import Route, Upstream
+from gateway.errors import GatewayError
+from gateway.figures import Outcome
+from gateway.keys import Caller
+from gateway.reassemble import Reassembly
+
+if TYPE_CHECKING:
+    from gateway.service import Gateway
+
+CHAT = "/v1/chat/completions"
+COMPLETIONS = "/v1/completions"
+EMBEDDINGS = "/v1/embeddings"
+RELAYED = (CHAT, COMPLETIONS, EMBEDDINGS)
+JSON = [(b"content-type", b"application/json")]
+EVENT_STREAM = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),  # tell a proxy in front not to buffer the stream either
+]
+# Failing to reach a copy before it answered: safe to try another copy, nothing went out yet.
+# (A pooled connection the copy closed, or a copy that died, fails before any response too.)
+UNREACHABLE = (aiohttp.ClientConnectionError, ConnectionError)
+UPSTREAM_FAILED = (aiohttp.ClientError, ConnectionError)
+DONE_TAIL = b"data: [DONE]"
+
+
+@dataclass
+class Call:
+    """One client request, as the gateway read it."""
+
+    path: str
+    body: dict[str, Any]
+    caller: Caller
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def model(self) -> str:
+        return str(self.body["model"])
+
+    @property
+    def wants_stream(self) -> bool:
+        return bool(self.body.get("stream"))
+
+
+@dataclass
+class Reply:
+    """What goes back: a status, headers, a first body; then more pieces until None."""
+
+    status: int
+    headers: list[tuple[bytes, bytes]]
+    body: bytes
+    more: Callable[[], Awaitable[bytes | None]] | None = None
+    close: Callable[[], Awaitable[None]] | None = None
+
+
+def json_reply(status: int, body: bytes) -> Reply:
+    return Reply(status, JSON, body)
+
+
+def error_reply(error: GatewayError) -> Reply:
+    return json_reply(error.status, error.body())
+
+
+class Unreachable(Exception):
+    """The copy could not be reached; another may be tried."""
+
+
+class Flight:
+    """One request at one copy: its upstream response, its timings and its token count."""
+
+    def __init__(self, hub: Gateway, call: Call, route: Route, upstream: Upstream) -> None:
+        self.hub, self.call, self.route, self.upstream = hub, call, route, upstream
+        self.response: aiohttp.ClientResponse | None = None
+        self.first_token_at: float | None = None
+        self.last_at: float | None = None
+        self.chunks = 0
+        self.usage_tokens: int | None = None
+        self.tail = b""
+        self.failed = self.timed_out = self.ended = self.finished = False
+        hub.picker.start(upstream)
+
+    # ---------------------------------------------------------------- until the first token
+
+    async def take_off(self) -> Reply:
+        """Connect, and wait for the first token within the reply wait."""
+        try:
+            async with asyncio.timeout(self.remaining()):
+                response = await self.connect()
+                if response.status != 200:
+                    return await self.passed_through(response)
+                if self.call.path == EMBEDDINGS:
+                    self.first_token_at = time.monotonic()
+                    return Reply(200, content_type(response), b"", self.more, self.finish)
+                held = await self.to_first_token()
+        except TimeoutError:
+            self.failed = self.timed_out = True
+            await self.finish()
+            raise errors.reply_wait_passed(self.route.reply_wait_s) from None
+        except UPSTREAM_FAILED as error:
+            self.failed = True
+            await self.finish()
+            why = f"The model's copy failed before it replied: {error!r}."
+            raise GatewayError(502, why) from error
+        except BaseException:
+            await self.finish()
+            raise
+        if self.call.wants_stream:
+            return Reply(200, EVENT_STREAM, held, self.more, self.finish)
+        return await self.reassembled(held)
+
+    def remaining(self) -> float:
+        return self.route.reply_wait_s - (time.monotonic() - self.call.started)
+
+    async def connect(self) -> aiohttp.ClientResponse:
+        # Past the first token, a copy silent for longer than this has hung.
+        silence = max(300.0, self.route.reply_wait_s + 5.0)
+        try:
+            self.response = await self.hub.client.post(
+                self.upstream.url + self.call.path,
+                data=upstream_body(self.call, self.route),
+                headers={**self.upstream.headers, **UPSTREAM_HEADERS},
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=5.0, sock_read=silence),
+            )
+        except UNREACHABLE as error:
+            self.hub.picker.set_aside(self.upstream)
+            self.hub.directory.refresh_soon()
+            await self.finish(record=False)  # the request goes on at another copy
+            raise Unreachable(str(error)) from error
+        return self.response
+
+    async def read(self) -> bytes:
+        """Whatever the copy has sent since the last read (b"" at the end): bytes as they came,
+        several engine writes at once when the gateway is busy, never split into events."""
+        assert self.response is not None
+        return await self.response.content.readany()
+
+    async def to_first_token(self) -> bytes:
+        held = bytearray()
+        pending = b""
+        skipped = 0  # events before the first token (a role-only opening chunk)
+        while piece := await self.read():
+            held += piece
+            payloads, pending = sse.split_events(pending + piece)
+            for index, payload in enumerate(payloads):
+                if sse.starts_reply(payload):
+                    self.first_token_at = self.last_at = time.monotonic()
+                    self.chunks = sse.count_chunks(held) - skipped - index
+                    self.tail = bytes(held[-32:])
+                    return bytes(held)
+            skipped += len(payloads)
+        raise aiohttp.ClientPayloadError("the copy closed the stream before its first token")
+
+    async def passed_through(self, response: aiohttp.ClientResponse) -> Reply:
+        """The engine's own error response, unchanged."""
+        body = await response.read()
+        self.failed = response.status >= 500
+        await self.finish()
+        return Reply(response.status, content_type(response), body)
+
+    # ---------------------------------------------------------------- after the first token
+
+    async def more(self) -> bytes | None:
+        """The next piece as it came from the copy, or None at the end."""
+        if self.ended or self.response is None:
+            return None
+        try:
+            piece = await self.read()
+        except UPSTREAM_FAILED as error:
+            self.ended = self.failed = True
+            return errors.broke_off(str(error) or type(error).__name__)
+        if not piece:
+            self.end()
+            return None
+        self.last_at = time.monotonic()
+        if self.call.path != EMBEDDINGS:
+            self.count(piece)
+        return piece
+
+    def count(self, piece: bytes) -> None:
+        self.chunks += sse.count_chunks(piece)
+        self.tail = (self.tail + piece)[-32:]
+        usage = sse.usage_in(piece)
+        if usage is not None:
+            self.usage_tokens = usage
+
+    def end(self) -> None:
+        self.ended = True
+        # A stream that stops without [DONE] was cut short (the engine died, say).
+        if self.call.path != EMBEDDINGS and DONE_TAIL not in self.tail:
+            self.failed = True
+
+    async def reassembled(self, held: bytes) -> Reply:
+        reassembly = Reassembly(chat=self.call.path == CHAT)
+        pending = held
+        try:
+            while True:
+                payloads, pending = sse.split_events(pending)
+                for payload in payloads:
+                    reassembly.feed(payload)
+                piece = await self.more()
+                if piece is None:
+                    break
+                pending += piece
+        finally:
+            await self.finish()
+        self.usage_tokens = reassembly.completion_tokens()
+        if reassembly.error is not None:
+            return json_reply(reassembly.error_status(), reassembly.body())
+        if self.failed:
+            raise GatewayError(502, "The model's reply broke off before it was complete.")
+        return json_reply(200, reassembly.body())
+
+    # ---------------------------------------------------------------- the end
+
+    async def finish(self, record: bool = True) -> None:
+        """Close the upstream request (which cancels it if it is still running) and count."""
+        if self.finished:
+            return
+        self.finished = True
+        self.hub.picker.done(self.upstream)
+        if record:
+            self.hub.figures.record(self.outcome())
+        if self.response is not None:
+            # Read to the end, the connection goes back to the pool; otherwise closing it is
+            # what cancels the request at the copy.
+            if self.ended and not self.failed:
+                self.response.release()
+            else:
+                self.response.close()
+
+    def outcome(self) -> Outcome:
+        now = time.monotonic()
+        first = self.first_token_at
+        completed = first is not None and not self.failed
+        generated = self.usage_tokens if self.usage_tokens is not None else max(self.chunks, 0)
+        return Outcome(
+            deployment_id=self.route.id,
+            deployment_name=self.route.name,
+            failed=self.failed,
+            timed_out=self.timed_out,
+            ttft_s=None if first is None else first - self.call.started,
+            latency_s=now - self.call.started if completed else None,
+            tokens=generated if first is not None else 0,
+            generation_s=(self.last_at or now) - first if first is not None else 0.0,
+        )
+
+
+UPSTREAM_HEADERS = {
+    "Content-Type": "application/json",
+    "Accept": "application/json, text/event-stream",
+    "Accept-Encoding": "identity",  # bytes are relayed as they are: nothing to decompress
+}
+
+
+def upstream_body(call: Call, route: Route) -> bytes:
+    """The client's body for the copy: the engine's own model name, and always a stream."""
+    body = {**call.body, "model": route.served_name}
+    if call.path != EMBEDDINGS:
+        body["stream"] = True
+        if not call.wants_stream:
+            body["stream_options"] = {"include_usage": True}  # for the reassembled usage
+    return json.dumps(body).encode()
+
+
+def content_type(response: aiohttp.ClientResponse) -> list[tuple[bytes, bytes]]:
+    return [(b"content-type", response.headers.get("content-type", "application/json").encode())]
+
+
+async def relay(hub: Gateway, call: Call, routes: list[Route]) -> Reply:
+    """Send the call to the copy with the fewest requests in flight; if it cannot be reached,
+    to one other copy once."""
+    tried: set[int] = set()
+    for _attempt in range(2):
+        chosen = hub.picker.choose(routes, tried)
+        if chosen is None:
+            break
+        route, upstream = chosen
+        tried.add(upstream.copy_id)
+        try:
+            return await Flight(hub, call, route, upstream).take_off()
+        except Unreachable:
+            continue
+    failed_at = routes[0]
+    hub.figures.record(Outcome(failed_at.id, failed_at.name, failed=True))
+    if tried:
+        raise errors.unreachable(call.model)
+    raise errors.no_copy_ready(call.model, [(r.name, r.state_label) for r in routes])

@@ -1,0 +1,195 @@
+"""The gateway's long-lived parts: the pooled HTTP client, the table, the figures, the keys.
+
+One Gateway per event loop (the server's one loop in production; a test may run others), made
+on first use. Figures, the picker's counts and the key cache belong to the process. Database
+work runs in a small thread pool of its own: the event loop never waits on the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import json
+import logging
+import time
+import weakref
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import aiohttp
+from django.db import connection
+
+from gateway import conf, errors
+from gateway.directory import KeyBox, Table, load_table
+from gateway.errors import GatewayError
+from gateway.figures import Figures
+from gateway.keys import Caller, KeyCache
+from gateway.picking import Picker
+from gateway.relay import Call, Reply, error_reply, json_reply, relay
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+DATABASE_THREADS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="gateway-db")
+
+
+def in_thread(work: Callable[[], T]) -> T:
+    try:
+        return work()
+    except Exception:
+        connection.close()  # a broken connection must not stay in this thread for next time
+        raise
+
+
+async def run_blocking(work: Callable[[], T]) -> T:
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(DATABASE_THREADS, in_thread, work)
+
+
+FIGURES = Figures()
+PICKER = Picker()
+KEYS = KeyCache(run_blocking)
+
+
+@atexit.register
+def flush_at_exit() -> None:
+    """A stopping server keeps the figures of its last minute."""
+    with contextlib.suppress(Exception):
+        DATABASE_THREADS.submit(in_thread, FIGURES.flush).result(timeout=10)
+
+
+class Directory:
+    """The current table; re-read in the background, one read at a time."""
+
+    def __init__(self) -> None:
+        self.table: Table | None = None
+        self.read_at = 0.0
+        self.keys = KeyBox()
+        self.reading: asyncio.Task[Table] | None = None
+
+    async def current(self) -> Table:
+        if self.table is None:
+            return await self.refresh()
+        if time.monotonic() - self.read_at > conf.refresh_s():
+            self.refresh_soon()
+        return self.table
+
+    def refresh_soon(self) -> None:
+        if self.reading is None or self.reading.done():
+            self.reading = asyncio.create_task(self.read())
+
+    async def refresh(self) -> Table:
+        self.refresh_soon()
+        assert self.reading is not None
+        return await asyncio.shield(self.reading)
+
+    async def read(self) -> Table:
+        table = await run_blocking(lambda: load_table(self.keys))
+        self.table, self.read_at = table, time.monotonic()
+        return table
+
+
+class Gateway:
+    """Routes calls to ready copies; see gateway/relay.py for one request's way."""
+
+    def __init__(self) -> None:
+        self.client = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=30),
+            auto_decompress=False,  # relayed as they came
+        )
+        self.directory = Directory()
+        self.picker = PICKER
+        self.figures = FIGURES
+        self.keys = KEYS
+        self.tasks: list[asyncio.Task[Any]] = []
+
+    def start(self) -> None:
+        self.tasks = [
+            asyncio.create_task(self.keep_table_fresh()),
+            asyncio.create_task(self.flush_every_minute()),
+            asyncio.create_task(self.follow_broadcasts()),
+        ]
+
+    async def handle(self, call: Call) -> Reply:
+        try:
+            table = await self.table()
+            routes = table.resolve(call.model, call.caller)
+            if routes is None:
+                raise errors.unknown_model(call.model, table.on_offer(call.caller))
+            return await relay(self, call, routes)
+        except GatewayError as error:
+            return error_reply(error)
+
+    async def models(self, caller: Caller) -> Reply:
+        table = await self.table()
+        data = [model_card(name, table, caller) for name in table.on_offer(caller)]
+        return json_reply(200, json_bytes({"object": "list", "data": data}))
+
+    async def table(self) -> Table:
+        try:
+            return await self.directory.current()
+        except Exception as error:  # only before the first table: later ones keep the last
+            log.exception("the gateway could not read the deployments")
+            why = "The gateway cannot read the deployments just now. Try again shortly."
+            raise GatewayError(503, why) from error
+
+    # ---------------------------------------------------------------- in the background
+
+    async def keep_table_fresh(self) -> None:
+        while True:
+            await asyncio.sleep(conf.refresh_s())
+            with contextlib.suppress(Exception):
+                await self.directory.refresh()
+
+    async def flush_every_minute(self) -> None:
+        while True:
+            await asyncio.sleep(conf.flush_s())
+            with contextlib.suppress(Exception):
+                await run_blocking(self.figures.flush)
+
+    async def follow_broadcasts(self) -> None:
+        """Deployments announce their state changes on the "deployments" group: re-read the
+        table at once rather than at the next periodic read."""
+        from channels.layers import get_channel_layer
+
+        layer = get_channel_layer()
+        if layer is None:
+            return
+        while True:
+            try:
+                channel = await layer.new_channel("gateway.")
+                await layer.group_add("deployments", channel)
+                while True:
+                    await layer.receive(channel)
+                    self.directory.refresh_soon()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.debug("gateway: deployment broadcasts unavailable; polling only", exc_info=True)
+                await asyncio.sleep(30)
+
+
+def model_card(name: str, table: Table, caller: Caller) -> dict[str, Any]:
+    """A chat name or a deployment, as OpenAI lists a model; owned by the team that hosts it."""
+    route = (table.resolve(name, caller) or [])[0]
+    return {"id": name, "object": "model", "created": route.created, "owned_by": route.team_name}
+
+
+def json_bytes(value: Any) -> bytes:
+    return json.dumps(value).encode()
+
+
+GATEWAYS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Gateway] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def current() -> Gateway:
+    """This event loop's gateway, started on first use."""
+    loop = asyncio.get_running_loop()
+    gateway = GATEWAYS.get(loop)
+    if gateway is None:
+        gateway = GATEWAYS[loop] = Gateway()
+        gateway.start()
+    return gateway
