@@ -99,6 +99,7 @@ def one_engine_by_hand() -> float:
         process.wait(10)
 
 
+@pytest.mark.timeout(1800)
 def test_host_to_deployed(tmp_path, bob, red, capsys):
     call_command("load_catalog")
     model = Model.objects.get(repo_id="Qwen/Qwen3-0.6B")
@@ -129,6 +130,8 @@ def test_host_to_deployed(tmp_path, bob, red, capsys):
                 what=f"{copies} copies DEPLOYED",
             )
             rows.append((copies, time.perf_counter() - began))
+            with capsys.disabled():  # each size as soon as it is measured
+                print(f"\n  {copies:>4} copies: {rows[-1][1]:7.2f} s to DEPLOYED", flush=True)
             actions.stop(bob, Deployment.objects.get(pk=deployment.pk))
             wait_for(
                 lambda d=deployment: (
