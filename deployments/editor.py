@@ -9,7 +9,9 @@ replaces the copies one generation after the other.
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from django.contrib import messages
@@ -23,7 +25,7 @@ from django.views.decorators.http import require_POST
 from catalog.models import Model, Variant
 from clusters.models import Cluster
 from console.access import NEEDS_OPERATE, get_deployment
-from deployments import actions
+from deployments import actions, launching
 from deployments.engine import presets, suggestions
 from deployments.engine.argv import LaunchFacts, preview_argv
 from deployments.engine.context import EngineContext
@@ -63,6 +65,7 @@ CONTROL_OF = {
     "enforce_eager": "enforce_eager",
     "trust_remote_code": "trust_remote_code",
 }
+NOVICE_CONTROL_OF = {"tool_call_parser": "tool_calling", "reasoning_parser": "thinking"}
 FLAG_LIST_LIMIT = 400
 
 
@@ -82,6 +85,8 @@ class Where:
     size: float
     served_name: str
     revision: str = ""
+    model_reference: str = ""  # what the engine loads; "" → the repository id
+    gguf_path: str = ""  # llama.cpp's file; "" → the repository id / the variant's file
 
     def context(self) -> EngineContext:
         hardware = hardware_of(self.cluster) if self.cluster else None
@@ -113,7 +118,6 @@ class EditorState:
     settings: dict[str, Any]
     form: EngineSettingsForm
     mode: str
-    preset: str = ""
     preset_changed: list[str] = field(default_factory=list)
     notices: list[str] = field(default_factory=list)
     error: str = ""
@@ -122,28 +126,33 @@ class EditorState:
     def novice(self) -> bool:
         return self.mode == "novice"
 
-    @property
+    @cached_property
     def suggestions(self) -> list[suggestions.Suggestion]:
         return suggestions.suggest(self.context)
 
-    @property
+    @cached_property
     def warnings(self) -> list[EngineWarning]:
         return warnings_for(self.settings, self.context)
+
+    def control_for(self, setting: str) -> str:
+        """The control that shows a setting (novice mode folds the formats into switches)."""
+        if self.novice:
+            setting = NOVICE_CONTROL_OF.get(setting, setting)
+        return CONTROL_OF.get(setting, setting)
 
     def warnings_by_control(self) -> dict[str, list[str]]:
         shown: dict[str, list[str]] = {}
         for warning in self.warnings:
-            control = CONTROL_OF.get(warning.setting, warning.setting)
-            shown.setdefault(control, []).append(warning.message)
+            shown.setdefault(self.control_for(warning.setting), []).append(warning.message)
         return shown
 
-    @property
+    @cached_property
     def preview(self) -> list[str]:
         return preview_for(self.where, self.context, self.settings)
 
     @property
     def preview_text(self) -> str:
-        return " ".join(quote(item) for item in self.preview)
+        return " ".join(shlex.quote(item) for item in self.preview)
 
     @property
     def presets(self) -> list[presets.Preset]:
@@ -152,7 +161,7 @@ class EditorState:
     def sections(self) -> list[tuple[str, list[Control]]]:
         """The groups of controls shown in this mode, each control with its suggestion, its
         warnings and whether the last preset changed it."""
-        chosen = NOVICE_GROUPS if self.novice else GROUPS
+        chosen = self.novice_groups() if self.novice else GROUPS
         if self.context.engine == "llamacpp":
             chosen = [("Context and throughput", ["max_model_len", "max_num_seqs"])]
         why = self.suggestion_by_control()
@@ -175,6 +184,20 @@ class EditorState:
             for title, names in chosen
         ]
 
+    def novice_groups(self) -> list[tuple[str, list[str]]]:
+        """Novice mode offers tool calling and thinking only where a format is known for the
+        model: there is nothing to choose otherwise."""
+        known = {**self.form.suggested, **self.settings}
+        offered = {
+            "tool_calling": bool(known.get("tool_call_parser")),
+            "thinking": bool(known.get("reasoning_parser")),
+        }
+        groups = []
+        for title, names in NOVICE_GROUPS:
+            shown = [name for name in names if offered.get(name, True)]
+            groups += [(title, shown)] if shown else []
+        return groups
+
     def tuned_for(self) -> str:
         """The preset the settings match now ("" for settings of one's own)."""
         return presets.matching(self.settings, self.context)
@@ -192,22 +215,16 @@ class EditorState:
         return [CATALOG[name].label for name in self.preset_changed if name in CATALOG]
 
     def suggestion_by_control(self) -> dict[str, str]:
-        return {CONTROL_OF.get(s.setting, s.setting): s.why for s in self.suggestions}
+        return {self.control_for(s.setting): s.why for s in self.suggestions}
 
     def flags(self, query: str) -> list[FlagSpec]:
         return flag_list(self.context.version).search(query)[:FLAG_LIST_LIMIT]
 
 
-def quote(item: str) -> str:
-    import shlex
-
-    return shlex.quote(item)
-
-
 def preview_for(where: Where, context: EngineContext, settings: dict[str, Any]) -> list[str]:
     """The argv the launcher will build for a copy, from the same argv function."""
     facts = LaunchFacts(
-        model=where.model.repo_id,
+        model=where.model_reference or where.model.repo_id,
         served_name=where.served_name,
         port=8000,
         api_key="preview",
@@ -216,7 +233,8 @@ def preview_for(where: Where, context: EngineContext, settings: dict[str, Any]) 
         revision=where.revision,
     )
     try:
-        return preview_argv(settings, facts, context.engine, where.variant.gguf_file)
+        gguf = where.gguf_path or f"{where.model.repo_id}/{where.variant.gguf_file}"
+        return preview_argv(settings, facts, context.engine, gguf)
     except EngineSettingsError as error:
         return [f"(not valid: {error})"]
 
@@ -226,7 +244,6 @@ def build_state(
     settings: dict[str, Any],
     mode: str,
     data: Any = None,
-    preset: str = "",
 ) -> EditorState:
     context = where.context()
     suggested = suggestions.suggested_settings(context)
@@ -234,7 +251,7 @@ def build_state(
     form = EngineSettingsForm(
         data, initial=initial, context=context, novice=mode == "novice", suggested=suggested
     )
-    return EditorState(where, context, settings, form, mode, preset=preset)
+    return EditorState(where, context, settings, form, mode)
 
 
 @dataclass
@@ -245,12 +262,10 @@ class EditorResult:
     valid: bool
 
 
-def read_post(
-    request: HttpRequest, where: Where, settings: dict[str, Any], preset: str = ""
-) -> EditorResult:
+def read_post(request: HttpRequest, where: Where, settings: dict[str, Any]) -> EditorResult:
     """Read the editor's controls; apply a preset when one was chosen."""
     mode = request.POST.get("editor_mode", mode_of(request))
-    state = build_state(where, settings, mode if mode in MODES else "novice", request.POST, preset)
+    state = build_state(where, settings, mode if mode in MODES else "novice", request.POST)
     if not state.form.is_valid():
         return EditorResult(state, False)
     new = state.form.settings(settings)
@@ -271,7 +286,7 @@ def read_post(
 def tuned(where: Where, settings: dict[str, Any], state: EditorState, key: str) -> EditorState:
     """The editor after a preset: a fresh form showing the tuned settings, changes marked."""
     after = presets.apply(key, settings, state.context)
-    fresh = build_state(where, after, state.mode, preset=key)
+    fresh = build_state(where, after, state.mode)
     fresh.preset_changed = presets.changed(settings, after)
     label = presets.PRESETS[key].label
     if fresh.preset_changed:
@@ -285,13 +300,16 @@ def tuned(where: Where, settings: dict[str, Any], state: EditorState, key: str) 
 
 
 def where_of(deployment: Deployment) -> Where:
+    """A deployment's facts, read the way the launcher reads them (so the preview is its argv)."""
     return Where(
         model=deployment.model,
         variant=deployment.variant,
         cluster=deployment.cluster,
         size=float(deployment.accelerators_per_copy),
-        served_name=deployment.name,
+        served_name=launching.served_name(deployment),
         revision=deployment.revision,
+        model_reference=launching.model_reference(deployment),
+        gguf_path=launching.gguf_path(deployment) if deployment.variant.gguf_file else "",
     )
 
 
@@ -336,7 +354,6 @@ def engine_settings(request: HttpRequest, pk: int) -> HttpResponse:
     where = where_of(deployment)
     if request.method != "POST":
         state = build_state(where, deployment.engine_settings, mode_of(request))
-        state.preset = presets.matching(state.settings, state.context)
         context = page_context(deployment, state, request)
         return render(request, "deployments/editor/page.html", context)
     result = read_post(request, where, deployment.engine_settings)
@@ -358,7 +375,9 @@ def save(request: HttpRequest, deployment: Deployment, state: EditorState) -> Ht
         return render(
             request, "deployments/editor/page.html", page_context(deployment, state, request)
         )
-    messages.success(request, f"Engine settings saved. {restart_words(deployment, state.settings)}")
+    capped = " ".join(state.notices)
+    said = f"Engine settings saved. {capped} {restart_words(deployment, state.settings)}"
+    messages.success(request, " ".join(said.split()))
     return redirect("deployment_detail", pk=deployment.pk)
 
 

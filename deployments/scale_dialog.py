@@ -94,10 +94,7 @@ def headline(result: placement.PlanResult, copies: int) -> tuple[str, str]:
     if now >= copies:
         return "ok", "The copy fits now." if copies == 1 else f"All {copies} copies fit now."
     if now > 0:
-        rest = copies - now
-        return "partial", (
-            f"{now} of {copies} copies fit now; the other {rest} start when room frees up."
-        )
+        return "partial", f"{now} of {copies} copies fit now; {the_rest(now, empty, copies)}"
     if empty > 0:
         return "none_now", (
             "No copy fits right now: hosting it now would fail at once. Free room first (stop or "
@@ -106,11 +103,28 @@ def headline(result: placement.PlanResult, copies: int) -> tuple[str, str]:
     return "never", "No copy can ever fit on this cluster as it is."
 
 
+def the_rest(now: int, empty: int, copies: int) -> str:
+    """What becomes of the copies that do not fit now."""
+    if copies <= empty:
+        rest = copies - now
+        return f"the other {rest} start{'s' if rest == 1 else ''} when room frees up."
+    if now < empty:
+        return (
+            f"{empty - now} more start when room frees up; this cluster holds at most {empty} of "
+            "this size."
+        )
+    return (
+        f"this cluster holds at most {empty} of this size, so the other {copies - now} cannot "
+        "start until it has more room."
+    )
+
+
 def empty_words(result: placement.PlanResult) -> str:
-    count = result.fit_empty
-    if count == 0:
+    """How many copies of this size the cluster has room for, now and empty."""
+    now, empty = result.fit_now, result.fit_empty
+    if empty == 0:
         return "Even on an empty cluster, no copy of this size fits."
-    return f"On an empty cluster, {copies_words(count)} of this size fit."
+    return f"Room now for {copies_words(now)} of this size; on an empty cluster, {empty}."
 
 
 def describe_fit(

@@ -69,6 +69,9 @@ class Draft:
     revision: str = ""
     team_id: int | None = None
     touched_at: float = 0.0
+    # Said once on the next page (what a preset changed, a capped share): every valid POST
+    # redirects, so the browser's back and forward only ever revisit GETs.
+    flash: dict[str, list[str]] = field(default_factory=dict)
 
     def steps(self) -> list[str]:
         return list(STEPS if self.with_model_step else STEPS[1:])
@@ -374,8 +377,6 @@ def where_page(
     request: HttpRequest, draft: Draft, mode: str, form: WhereForm | None = None, fit: Any = None
 ) -> HttpResponse:
     fit = fit or fit_for(draft)
-    model, cluster = draft.model, draft.cluster
-    picked = pick(model, hardware_of(cluster)) if model and cluster else (None, "")
     return page(
         request,
         draft,
@@ -383,9 +384,15 @@ def where_page(
         "where.html",
         form=form or where_form(request, draft, fit=fit),
         fit=fit,
-        guidance=variant_guidance(draft),
-        picked_why=picked[1],
+        **variant_words(draft),
     )
+
+
+def variant_words(draft: Draft) -> dict[str, Any]:
+    """The VRAM guidance per variant, and why novice mode picks the one it picks."""
+    model, cluster = draft.model, draft.cluster
+    picked = pick(model, hardware_of(cluster)) if model and cluster else (None, "")
+    return {"guidance": variant_guidance(draft), "picked_why": picked[1]}
 
 
 @require_POST
@@ -395,8 +402,16 @@ def fit(request: HttpRequest, draft_id: str) -> HttpResponse:
     draft = load(request, draft_id)
     read_where(request, draft, editor.mode_of(request))
     store(request, draft)
-    context = {"fit": fit_for(draft), "draft": draft, "variant": draft.variant}
-    return render(request, "deployments/wizard/_fit.html", context)
+    mode = editor.mode_of(request)
+    context = {
+        "fit": fit_for(draft),
+        "draft": draft,
+        "mode": mode,
+        "variant": draft.variant,
+        "form": where_form(request, draft),
+        **variant_words(draft),
+    }
+    return render(request, "deployments/wizard/_fit_response.html", context)
 
 
 # --- Engine settings -----------------------------------------------------------------------------
@@ -414,22 +429,25 @@ def settings_step(request: HttpRequest, draft_id: str) -> HttpResponse:
         return redirect(step_url(draft, "where"))
     where = editor_where(draft)
     if request.method != "POST":
-        state = editor.build_state(
-            where, draft.settings, editor.mode_of(request), preset=draft.preset
-        )
-        return settings_page(request, draft, state)
-    result = editor.read_post(request, where, draft.settings, draft.preset)
-    action = request.POST.get("action", "")
-    if result.valid:
-        draft.settings, draft.settings_touched = result.state.settings, True
-        chosen = request.POST.get("preset", "")
-        draft.preset = chosen if chosen in presets.PRESETS else draft.preset
+        state = editor.build_state(where, draft.settings, editor.mode_of(request))
+        state.notices = draft.flash.pop("notices", [])
+        state.preset_changed = draft.flash.pop("changed", [])
         store(request, draft)
-        if action in ("next", "back") and not result.state.notices:
-            return redirect(step_url(draft, "review" if action == "next" else "where"))
-    elif action == "back":
+        return settings_page(request, draft, state)
+    result = editor.read_post(request, where, draft.settings)
+    action = request.POST.get("action", "")
+    if not result.valid:
+        if action == "back":
+            return redirect(step_url(draft, "where"))
+        return settings_page(request, draft, result.state)  # what was typed, with its errors
+    draft.settings, draft.settings_touched = result.state.settings, True
+    draft.flash = {"notices": result.state.notices, "changed": result.state.preset_changed}
+    store(request, draft)
+    if action == "back":
         return redirect(step_url(draft, "where"))
-    return settings_page(request, draft, result.state)
+    if action == "next" and not result.state.notices:
+        return redirect(step_url(draft, "review"))
+    return redirect(step_url(draft, "settings"))
 
 
 def settings_page(request: HttpRequest, draft: Draft, state: editor.EditorState) -> HttpResponse:
@@ -452,7 +470,7 @@ def settings_check(request: HttpRequest, draft_id: str) -> HttpResponse:
     draft = load(request, draft_id)
     if not ready_for_settings(draft):
         raise Http404("Choose where it runs first.")
-    result = editor.read_post(request, editor_where(draft), draft.settings, draft.preset)
+    result = editor.read_post(request, editor_where(draft), draft.settings)
     if result.valid:
         draft.settings, draft.settings_touched = result.state.settings, True
         store(request, draft)

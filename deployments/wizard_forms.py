@@ -57,7 +57,9 @@ def size_choices(*extra: Any) -> list[tuple[str, str]]:
 
 class WhereForm(forms.Form):
     cluster = forms.TypedChoiceField(coerce=int, label="Cluster")
-    variant = forms.TypedChoiceField(coerce=int, label="Variant", required=False)
+    variant = forms.TypedChoiceField(
+        coerce=int, label="Variant", required=False, widget=forms.RadioSelect
+    )
     size = forms.ChoiceField(label="Size of each copy", widget=forms.RadioSelect)
     copies = forms.IntegerField(label="Copies", min_value=1, max_value=1000)
 
@@ -128,8 +130,10 @@ class EngineSettingsForm(forms.Form):
     embeddings = forms.BooleanField(label="Serve embeddings", required=False)
     enforce_eager = forms.BooleanField(label="Skip graph capture", required=False)
     trust_remote_code = forms.BooleanField(label="Run the model's own code", required=False)
+    # Not stripped and without Django's NUL check: the Other flags checks see the text as typed
+    # (a trailing line break or a NUL is refused, with their own words, not silently cleaned).
     other_flags = forms.CharField(
-        label="Other flags", required=False, max_length=other_flags.MAX_CHARACTERS * 2
+        label="Other flags", required=False, strip=False, max_length=other_flags.MAX_CHARACTERS * 2
     )
 
     def __init__(
@@ -145,6 +149,7 @@ class EngineSettingsForm(forms.Form):
             (p, p) for p in flags.reasoning_parsers
         ]
         self.capped = ""
+        self.fields["other_flags"].validators = []
 
     @classmethod
     def initial_from(cls, settings: dict[str, Any]) -> dict[str, Any]:

@@ -215,7 +215,8 @@ def read_flag(reading: Reading, word: str) -> None:
     refusal = refused(spec)
     if refusal:
         reading.problems.append(f"{quoted(word)} cannot be set here: {refusal}")
-        skip_values(reading)
+        if not has_value and spec.takes_value:
+            skip_values(reading, spec.multiple)
         return
     if spec.name in reading.seen and not dot:
         reading.problems.append(f"{quoted(word)} is given twice")
@@ -256,12 +257,14 @@ def refused(spec: FlagSpec) -> str:
     return ""
 
 
-def skip_values(reading: Reading) -> None:
-    """After a refused flag, its values are not read as words on their own."""
+def skip_values(reading: Reading, many: bool = True) -> None:
+    """After a refused flag, its values are not read again as words on their own."""
     while reading.position < len(reading.words) and not looks_like_flag(
         reading.words[reading.position]
     ):
         reading.position += 1
+        if not many:
+            return
 
 
 def looks_like_flag(word: str) -> bool:

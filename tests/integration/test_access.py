@@ -187,6 +187,10 @@ def test_every_page_renders_for_a_logged_in_user_with_the_demo_loaded(as_bob, re
 
 
 DEPLOYMENT_ACTIONS = [
+    "deployment_engine_settings",
+    "deployment_engine_settings_check",
+    "deployment_scale_dialog",
+    "deployment_scale_fit",
     "deployment_offer_in_chat",
     "deployment_reply_wait",
     "deployment_scale",

@@ -70,7 +70,7 @@ def test_a_value_with_shell_characters_stays_one_argument():
 
 
 @pytest.mark.parametrize(
-    "settings,field,message",
+    "given,field,message",
     [
         ({"max_lora_rank": 8}, "max_lora_rank", "is not a setting Berth knows"),
         ({"max_model_len": "8192"}, "max_model_len", "must be a whole number"),
@@ -83,9 +83,9 @@ def test_a_value_with_shell_characters_stays_one_argument():
         ([], "engine_settings", "must be an object"),
     ],
 )
-def test_bad_settings_are_refused_naming_the_setting(settings, field, message):
+def test_bad_settings_are_refused_naming_the_setting(given, field, message):
     with pytest.raises(EngineSettingsError) as raised:
-        validate_settings(settings)
+        validate_settings(given)
     assert raised.value.field == field
     assert message in raised.value.message
 
