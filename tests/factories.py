@@ -59,7 +59,9 @@ def make_model(repo_id: str = "Qwen/Qwen3-8B") -> Model:
 
 
 def make_cluster(name: str = "lab", gpus: int = 2, sharing: str = "fractional") -> Cluster:
-    cluster = Cluster.objects.create(name=name, kind=ClusterKind.SIMULATOR, sharing_strategy=sharing)
+    cluster = Cluster.objects.create(
+        name=name, kind=ClusterKind.SIMULATOR, sharing_strategy=sharing
+    )
     machine = Machine.objects.create(
         cluster=cluster, name=f"{name}-m1", cpu_count=32, system_memory_bytes=256 * 2**30
     )
