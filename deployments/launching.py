@@ -181,6 +181,12 @@ def missing_files(copy: Copy, missing: tuple[str, ...], message: str) -> None:
             )
 
 
+def new_engine_key() -> str:
+    """A copy's own engine API key. The prefix keeps it from starting with '-', which the
+    engine's argument parser would read as a flag ("--api-key: expected one argument")."""
+    return f"engine-{secrets.token_urlsafe(24)}"
+
+
 def engine_port(copy: Copy) -> int:
     """Local engines each take a free port on 127.0.0.1; in a pod the engine has its own IP."""
     if copy.deployment.cluster.kind == ClusterKind.KUBERNETES:
@@ -212,7 +218,7 @@ def claim_for_launch(copy_id: int) -> tuple[Copy, str] | None:
             return None
         copy = load_copy(copy_id)
         assert copy is not None
-        api_key = secrets.token_urlsafe(24)
+        api_key = new_engine_key()
         port = engine_port(copy)
         copy.set_engine_api_key(api_key)
         now = timezone.now()

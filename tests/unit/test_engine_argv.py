@@ -98,3 +98,17 @@ def test_gguf_variants_run_on_llama_server():
 
 def test_the_api_key_is_hidden_when_an_argv_is_shown():
     assert "k-123" not in redacted(vllm_argv({}, FACTS))
+
+
+def test_an_engine_key_is_never_read_as_a_flag():
+    """Found by the lifecycle benchmark: a random key starting with '-' made vLLM's parser
+    fail with 'argument --api-key: expected one argument'."""
+    import argparse
+
+    from deployments.launching import new_engine_key
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--api-key")
+    for _ in range(2000):  # a bare random key starts with '-' once in 64
+        key = new_engine_key()
+        assert parser.parse_args(["--api-key", key]).api_key == key
