@@ -145,14 +145,15 @@ def test_a_model_too_big_for_every_cluster_says_why(catalog, as_carol):
     assert fp8.fits[0].reason
 
 
-def test_viewers_see_no_download_and_operators_do_and_there_is_no_host_button(
-    catalog, as_carol, as_bob
-):
+def test_viewers_see_no_download_or_host_and_operators_do(catalog, as_carol, as_bob):
     model = Model.objects.get(repo_id="Qwen/Qwen3-0.6B")
-    assert "Download</button>" not in text(as_carol.get(f"/models/{model.pk}/"))
+    for_viewer = text(as_carol.get(f"/models/{model.pk}/"))
+    assert "Download</button>" not in for_viewer and 'id="host-model"' not in for_viewer
     page = text(as_bob.get(f"/models/{model.pk}/"))
     assert "Download</button>" in page
-    assert "Host" not in page
+    assert (
+        f'href="/deployments/new/?model={model.pk}" role="button" id="host-model">Host</a>' in page
+    )
 
 
 # --- download (the view; the download itself is in test_downloads.py) ------------------------
