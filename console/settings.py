@@ -159,7 +159,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 GATEWAY_PORT = env_int("BERTH_GATEWAY_PORT", 8001, low=1, high=65535)
 GATEWAY_URL = env_str("BERTH_GATEWAY_URL", f"http://127.0.0.1:{GATEWAY_PORT}")
 GATEWAY_REFRESH_S = env_float("BERTH_GATEWAY_REFRESH_S", 2.0, low=0.1, high=3600)
-GATEWAY_FLUSH_S = env_float("BERTH_GATEWAY_FLUSH_S", 60.0, low=1, high=3600)
+GATEWAY_FLUSH_S = env_float("BERTH_GATEWAY_FLUSH_S", 60.0, low=0.1, high=3600)
 # Gateway default for "a reply must start within", in seconds (deployments may set 10..1800).
 GATEWAY_REPLY_WAIT_S = env_int("BERTH_REPLY_WAIT_S", 180, low=10, high=1800)
 
