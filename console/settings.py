@@ -157,7 +157,8 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # The gateway (its own process): where it listens and how it is reached from outside.
 GATEWAY_PORT = env_int("BERTH_GATEWAY_PORT", 8001, low=1, high=65535)
-GATEWAY_URL = env_str("BERTH_GATEWAY_URL", f"http://127.0.0.1:{GATEWAY_PORT}")
+# Empty: the console's own host name on GATEWAY_PORT, as the browser reached the console.
+GATEWAY_URL = env_str("BERTH_GATEWAY_URL", "")
 GATEWAY_REFRESH_S = env_float("BERTH_GATEWAY_REFRESH_S", 2.0, low=0.1, high=3600)
 GATEWAY_FLUSH_S = env_float("BERTH_GATEWAY_FLUSH_S", 60.0, low=0.1, high=3600)
 # Gateway default for "a reply must start within", in seconds (deployments may set 10..1800).
