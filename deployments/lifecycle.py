@@ -369,8 +369,8 @@ def refresh_state(deployment_id: int) -> None:
         if message != deployment.last_message:
             transitions.note(deployment.pk, message)
         return
-    extra = {"last_error_code": "", "last_error_message": ""} if state == D.DEPLOYED else {}
-    transitions.move_deployment(deployment.pk, state, message=message, **extra)
+    # The last error stays on record (with its time) after the deployment recovers.
+    transitions.move_deployment(deployment.pk, state, message=message)
 
 
 # --- stopping ----------------------------------------------------------------------------
