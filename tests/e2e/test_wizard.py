@@ -18,7 +18,7 @@ from deployments.models import Deployment
 from tests import factories
 from tests.e2e.test_navigation import log_in
 from tests.integration.test_lifecycle import on_this_server, simulated_cluster
-from tests.processes import console_processes
+from tests.processes import console_processes, wait_for
 
 pytestmark = pytest.mark.e2e
 DEPLOYED_WITHIN_MS = 60_000
@@ -58,10 +58,17 @@ def forward_to(page, step: str) -> None:
 
 
 def wait_deployed(page, name: str) -> None:
+    """Host lands on the deployment's page, which says Deployed once it serves. (The page
+    following it live is tested in test_live_pages; here it is reloaded once it serves.)"""
     deployment = Deployment.objects.get(name=name)
     page.wait_for_url(re.compile(rf"/deployments/{deployment.pk}/$"))
-    badge = page.locator("#deployment-health .badge")
-    badge.filter(has_text="Deployed").wait_for(timeout=DEPLOYED_WITHIN_MS)
+    wait_for(
+        lambda: Deployment.objects.get(pk=deployment.pk).state == "DEPLOYED",
+        DEPLOYED_WITHIN_MS / 1000,
+        what=f"{name} DEPLOYED",
+    )
+    page.reload()
+    page.locator("#deployment-health .badge").filter(has_text="Deployed").wait_for()
 
 
 def test_novice_hosts_from_the_model_step_to_a_deployed_model(
