@@ -207,6 +207,12 @@ def neighbour_starting(copy: Copy) -> Copy | None:
 def claim_for_launch(copy_id: int) -> tuple[Copy, str] | None:
     """COPYING_FILES → STARTING with a port and a fresh engine key, unless a neighbour starts."""
     with transaction.atomic():
+        # Lock the copy's GPUs first: two copies of one GPU claimed at the same moment must not
+        # both see "no neighbour starting" and start together.
+        gpu_ids = Reservation.objects.filter(copy_id=copy_id).values_list(
+            "accelerator_id", flat=True
+        )
+        list(Accelerator.objects.select_for_update().filter(pk__in=list(gpu_ids)).order_by("pk"))
         copy = Copy.objects.select_for_update().filter(pk=copy_id, state=C.COPYING_FILES).first()
         if copy is None:
             return None
