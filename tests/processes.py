@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,6 +24,54 @@ ROOT = Path(__file__).resolve().parents[1]
 def database_url_for_tests() -> str:
     s = connection.settings_dict
     return f"postgresql://{s['USER']}:{s['PASSWORD']}@{s['HOST']}:{s['PORT']}/{s['NAME']}"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until_healthy(url: str, process: subprocess.Popen[bytes], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the console server exited with {process.returncode}")
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.2)
+    raise RuntimeError(f"the console server did not become healthy within {timeout:.0f} s")
+
+
+@contextmanager
+def console_server() -> Iterator[str]:
+    """The console served by daphne, as `make run` serves it, on the test database."""
+    port = free_port()
+    env = {**os.environ, "DATABASE_URL": database_url_for_tests()}
+    args = [
+        sys.executable,
+        "-m",
+        "daphne",
+        "-b",
+        "127.0.0.1",
+        "-p",
+        str(port),
+        "console.asgi:application",
+    ]
+    # Output goes nowhere rather than to a pipe nobody reads, which could block the server.
+    process = subprocess.Popen(
+        args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until_healthy(url, process)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
 
 
 def process_env(state_dir: Path, **extra: str) -> dict[str, str]:

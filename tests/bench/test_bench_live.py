@@ -10,8 +10,6 @@ from __future__ import annotations
 import asyncio
 import os
 import statistics
-import subprocess
-import sys
 import threading
 import time
 import urllib.parse
@@ -27,15 +25,14 @@ from django.core.management import call_command
 from deployments.choices import DeploymentState
 from deployments.models import Copy, Deployment
 from tests import factories
-from tests.e2e.conftest import free_port, wait_until_healthy
 from tests.integration.test_lifecycle import host, simulated_cluster
-from tests.processes import console_processes, database_url_for_tests, wait_for
+from tests.processes import console_processes, wait_for
+from tests.processes import console_server as start_console_server
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.bench]
 FULL = os.environ.get("BERTH_BENCH_FULL") == "1"
 VIEWERS = [1, 20] if FULL else [1]
 LINES = 2000 if FULL else 50
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
@@ -117,27 +114,9 @@ def print_lines(path: Path, first: int, count: int, pause: float) -> dict[int, f
 
 
 @pytest.fixture
-def console_server(transactional_db, tmp_path):
-    port = free_port()
-    env = {**os.environ, "DATABASE_URL": database_url_for_tests()}
-    args = [
-        sys.executable,
-        "-m",
-        "daphne",
-        "-b",
-        "127.0.0.1",
-        "-p",
-        str(port),
-        "console.asgi:application",
-    ]
-    server = subprocess.Popen(
-        args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    url = f"http://127.0.0.1:{port}"
-    wait_until_healthy(url, server)
-    yield url
-    server.terminate()
-    server.wait(10)
+def console_server(transactional_db):
+    with start_console_server() as url:
+        yield url
 
 
 def test_line_latency_and_rate(console_server, tmp_path, capsys):
