@@ -34,6 +34,7 @@ from catalog import hub
 from catalog.hub import Access, HubProblem
 from catalog.models import ServerModel, ServerModelState, Variant
 from catalog.variants import RepoFile, select_files
+from console import live
 
 log = logging.getLogger(__name__)
 S = ServerModelState
@@ -72,10 +73,14 @@ def access_for(row: ServerModel) -> Access:
 
 
 def files_changed(row_id: int) -> None:
-    """Deployments waiting for these files go on, fail, or say how far the download got."""
+    """Deployments waiting for these files go on, fail, or say how far the download got; the
+    pages that show the download get its new state and bytes pushed to them."""
     from deployments import lifecycle
 
     transaction.on_commit(lambda: lifecycle.model_files_changed(row_id))
+    model_id = ServerModel.objects.filter(pk=row_id).values_list("variant__model_id", flat=True)
+    for model in model_id:
+        live.server_model_changed(row_id, model)
 
 
 def enqueue(row_id: int) -> None:

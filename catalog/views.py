@@ -127,14 +127,16 @@ def server_models(request: HttpRequest) -> HttpResponse:
 
 
 def row_permissions(request: HttpRequest) -> dict[str, bool]:
-    return {
-        "can_operate": can_operate_somewhere(request.user),
-        "can_delete": is_platform_admin(request.user),
-    }
+    return permissions_of(request.user)
+
+
+def permissions_of(user: Any) -> dict[str, bool]:
+    """Which buttons a row of On this server shows the user (pages and live updates alike)."""
+    return {"can_operate": can_operate_somewhere(user), "can_delete": is_platform_admin(user)}
 
 
 def server_model_row(request: HttpRequest, pk: int) -> HttpResponse:
-    """One row of On this server: htmx polls it every 2 s while the download runs."""
+    """One row of On this server: what a page polls while its live socket is down."""
     row = get_object_or_404(ServerModel.objects.select_related("variant__model", "team"), pk=pk)
     context = {"s": row, **row_permissions(request)}
     return render(request, "catalog/_server_model_row.html", context)

@@ -83,7 +83,7 @@ def can_view_group(user: Any, group: str) -> bool:
     """Whether a WebSocket may join a live group (same rules as the pages)."""
     if not (user.is_authenticated and user.is_active):
         return False
-    if group == "deployments":
+    if group in ("deployments", "models"):
         return True
     kind, _, rest = group.partition("-")
     ident = rest.removesuffix("-logs")

@@ -18,8 +18,15 @@ log = logging.getLogger(__name__)
 GROUP_KINDS = ("deployment", "cluster", "model")
 
 
+MODELS_GROUP = "models"  # the On this server page: every download's row
+
+
 def deployment_group(deployment_id: int) -> str:
     return f"deployment-{deployment_id}"
+
+
+def model_group(model_id: int) -> str:
+    return f"model-{model_id}"
 
 
 def broadcast(group: str, kind: str, id: int, seq: int = 0) -> None:
@@ -36,3 +43,15 @@ def broadcast(group: str, kind: str, id: int, seq: int = 0) -> None:
 
 def broadcast_on_commit(group: str, kind: str, id: int, seq: int = 0) -> None:
     transaction.on_commit(lambda: broadcast(group, kind, id, seq))
+
+
+def server_model_changed(server_model_id: int, model_id: int) -> None:
+    """A download moved (state or bytes): its model's page and On this server hear of it."""
+    broadcast_on_commit(model_group(model_id), "server_model", server_model_id)
+    broadcast_on_commit(MODELS_GROUP, "server_model", server_model_id)
+
+
+def machine_files_changed(deployment_ids: list[int], machine_files_id: int) -> None:
+    """Model files on a machine moved (Sync, or a copy's files): the deployments' pages hear."""
+    for deployment_id in deployment_ids:
+        broadcast_on_commit(deployment_group(deployment_id), "files", machine_files_id)

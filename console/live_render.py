@@ -76,8 +76,35 @@ def engine_figures(user: Any, deployment_id: int) -> str:
     return render_to_string("deployments/_engine_figures.html", context)
 
 
+def server_model_row(user: Any, server_model_id: int, csrf_token: str) -> str:
+    from catalog.models import ServerModel
+    from catalog.views import permissions_of
+
+    row = ServerModel.objects.select_related("variant__model", "team").filter(pk=server_model_id)
+    if not row:
+        return ""
+    context = {"s": row[0], "oob": True, "csrf_token": csrf_token, **permissions_of(user)}
+    return render_to_string("catalog/_server_model_row.html", context)
+
+
+def variant_files(model_id: int, server_model_id: int) -> str:
+    """The On this server cell of the download's variant, on its model's page."""
+    from catalog.models import ServerModel, Variant
+
+    variant = Variant.objects.filter(model_id=model_id, server_copies=server_model_id).first()
+    if variant is None:
+        return ""
+    copies = ServerModel.objects.filter(variant=variant)
+    context = {"v": variant, "server_copies": copies, "oob": True}
+    return render_to_string("catalog/_variant_files.html", context)
+
+
 def render(user: Any, group: str, message: dict[str, Any], csrf_token: str) -> str:
     kind, ident = message["kind"], message["id"]
+    if kind == "server_model" and group == "models":
+        return server_model_row(user, ident, csrf_token)
+    if kind == "server_model" and group.startswith("model-"):
+        return variant_files(int(group.split("-")[1]), ident)
     if kind == "figures" and group == f"deployment-{ident}":
         return engine_figures(user, ident)
     if group == "deployments" and kind == "deployment":

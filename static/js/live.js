@@ -13,11 +13,11 @@
     }
     note.hidden = !show;
   }
+  // Each live part names where to poll it from (its own small URL, or else this page).
   function pollParts() {
-    for (const id of ["deployment-health", "deployment-copies"]) {
-      if (document.getElementById(id)) {
-        htmx.ajax("GET", window.location.href, { select: "#" + id, target: "#" + id, swap: "outerHTML" });
-      }
+    for (const part of document.querySelectorAll("[data-live-part][id]")) {
+      const from = part.dataset.pollUrl || window.location.href;
+      htmx.ajax("GET", from, { select: "#" + part.id, target: "#" + part.id, swap: "outerHTML" });
     }
   }
   document.addEventListener("htmx:wsClose", function () {

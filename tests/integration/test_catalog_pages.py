@@ -374,17 +374,18 @@ def test_nothing_on_this_server_says_so(as_carol):
     assert "No models on this server yet." in text(as_carol.get("/models/on-this-server/"))
 
 
-def test_a_running_download_polls_every_2s_and_the_finished_row_stops(as_carol):
+def test_a_running_download_is_followed_live_and_polled_only_as_a_fallback(as_carol):
     row = server_copy("downloading", size_bytes=4 * 2**30, progress_bytes=2**30, bytes_per_s=2**24)
     page = text(as_carol.get("/models/on-this-server/"))
-    assert 'hx-trigger="every 2s"' in page
-    assert f'hx-get="/models/on-this-server/{row.pk}/row/"' in page
+    assert 'ws-connect="/ws/live/models/"' in page
+    assert f'data-poll-url="/models/on-this-server/{row.pk}/row/"' in page
+    assert "every 2s" not in page  # pushed over the socket; polled only while it is down
     partial = text(as_carol.get(f"/models/on-this-server/{row.pk}/row/"))
     assert partial.lstrip().startswith(f'<tr id="server-model-{row.pk}"')
     assert "25 % · 1.00 GiB of 4.00 GiB · 16.0 MiB/s" in partial
     ServerModel.objects.filter(pk=row.pk).update(state="ready", progress_bytes=4 * 2**30)
     finished = text(as_carol.get(f"/models/on-this-server/{row.pk}/row/"))
-    assert "hx-trigger" not in finished and "Ready" in finished
+    assert "data-poll-url" not in finished and "Ready" in finished
 
 
 @pytest.mark.parametrize("state", ["failed", "must_redownload"])

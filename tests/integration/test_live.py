@@ -140,3 +140,51 @@ async def test_a_line_that_commits_late_is_not_skipped(bob, red):
     assert received.index("late") < received.index("quick")
     assert received.count("late") == 1 and received.count("quick") == 1
     await listening.disconnect()
+
+
+def downloading_row(repo_id: str):
+    from catalog.models import ServerModel
+
+    model = factories.make_model(repo_id)
+    return ServerModel.objects.create(
+        variant=model.variants.first(), state="downloading", size_bytes=4 * 2**30
+    )
+
+
+def save_progress(row_id: int, done: int) -> None:
+    """What a download's progress save does: the bytes, then the pages are told on commit."""
+    from catalog.downloads import files_changed
+    from catalog.models import ServerModel
+
+    with transaction.atomic():
+        ServerModel.objects.filter(pk=row_id).update(progress_bytes=done, bytes_per_s=2**24)
+        files_changed(row_id)
+
+
+async def test_download_progress_is_pushed_to_on_this_server_and_the_model_page(alice, carol):
+    row = await sync_to_async(downloading_row)("acme/pushed")
+    model_id = await sync_to_async(lambda: row.variant.model_id)()
+    on_this_server, model_page = connect(carol, "models"), connect(carol, f"model-{model_id}")
+    as_admin = connect(alice, "models")
+    for socket in (on_this_server, model_page, as_admin):
+        assert (await socket.connect())[0]
+    await sync_to_async(save_progress)(row.pk, 2**30)
+    row_html = await on_this_server.receive_from(5)
+    assert (
+        row_html.startswith(f'<tr id="server-model-{row.pk}"') and 'hx-swap-oob="true"' in row_html
+    )
+    assert "25 % · 1.00 GiB of 4.00 GiB · 16.0 MiB/s" in row_html
+    assert "Delete files" not in row_html  # a viewer's row has no buttons
+    cell = await model_page.receive_from(5)
+    assert cell.startswith(f'<td id="variant-files-{row.variant_id}"') and "25 %" in cell
+    for_admin = await as_admin.receive_from(5)
+    assert "25 %" in for_admin
+    for socket in (on_this_server, model_page, as_admin):
+        await socket.disconnect()
+
+
+async def test_model_groups_need_a_login():
+    from django.contrib.auth.models import AnonymousUser
+
+    assert await refused(AnonymousUser(), "models")
+    assert await refused(AnonymousUser(), "model-1")
