@@ -185,3 +185,67 @@ class ServerModel(models.Model):
     @property
     def retryable(self) -> bool:
         return self.state in (ServerModelState.FAILED, ServerModelState.MUST_REDOWNLOAD)
+
+
+class MachineFilesState(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    COPYING = "copying", "Copying"
+    PRESENT = "present", "On the machine"
+    MISSING = "missing", "Missing"
+    FAILED = "failed", "Failed"
+
+
+MACHINE_FILES_BADGES = {
+    MachineFilesState.QUEUED: "grey",
+    MachineFilesState.COPYING: "blue",
+    MachineFilesState.PRESENT: "green",
+    MachineFilesState.MISSING: "amber",
+    MachineFilesState.FAILED: "red",
+}
+
+
+class MachineFiles(models.Model):
+    """A variant's files on one machine of a cluster (copied by Sync or before a copy starts)."""
+
+    # One row per machine, variant and commit; state changes go through
+    # deployments/machine_files.py, which claims a row with a compare-and-set update.
+
+    machine = models.ForeignKey(
+        "clusters.Machine", on_delete=models.CASCADE, related_name="model_files"
+    )
+    variant = models.ForeignKey(Variant, on_delete=models.CASCADE, related_name="machine_copies")
+    revision = models.CharField(max_length=64, blank=True, help_text="commit of the files")
+    state = models.CharField(
+        max_length=16, choices=MachineFilesState.choices, default=MachineFilesState.QUEUED
+    )
+    size_bytes = models.PositiveBigIntegerField(default=0)
+    progress_bytes = models.PositiveBigIntegerField(default=0)
+    message = models.TextField(blank=True)
+    checked_at = models.DateTimeField(null=True, blank=True, help_text="when last found or copied")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name_plural = "machine files"
+        ordering = ["machine__name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["machine", "variant", "revision"], name="one_files_row_per_machine"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.variant} on {self.machine}"
+
+    @property
+    def progress_percent(self) -> int:
+        if not self.size_bytes:
+            return 0
+        return min(100, round(100 * self.progress_bytes / self.size_bytes))
+
+    @property
+    def badge(self) -> str:
+        return MACHINE_FILES_BADGES.get(MachineFilesState(self.state), "grey")
+
+    @property
+    def in_progress(self) -> bool:
+        return self.state in (MachineFilesState.QUEUED, MachineFilesState.COPYING)

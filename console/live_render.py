@@ -34,6 +34,23 @@ def deployment_parts(user: Any, deployment_id: int, csrf_token: str) -> str:
     )
 
 
+def machine_files(user: Any, deployment_id: int, csrf_token: str) -> str:
+    """The Machines and model files panel of a deployment's page."""
+    from deployments import machine_files as files
+
+    deployment = visible_deployments(user).filter(pk=deployment_id).first()
+    if deployment is None:
+        return ""
+    context = {
+        "deployment": deployment,
+        "files": files.summary(deployment),
+        "can_operate": has_role(user, deployment.team_id, NEEDS_OPERATE),
+        "csrf_token": csrf_token,
+        "oob": True,
+    }
+    return render_to_string("deployments/_machine_files.html", context)
+
+
 def deployment_row(user: Any, deployment_id: int, csrf_token: str) -> str:
     rows = (
         visible_deployments(user)
@@ -109,6 +126,8 @@ def render(user: Any, group: str, message: dict[str, Any], csrf_token: str) -> s
         return engine_figures(user, ident)
     if group == "deployments" and kind == "deployment":
         return deployment_row(user, ident, csrf_token)
+    if kind == "files" and group.startswith("deployment-"):
+        return machine_files(user, int(group.split("-")[1]), csrf_token)
     if group.startswith("deployment-") and kind in ("deployment", "copy"):
         return deployment_parts(user, int(group.split("-")[1]), csrf_token)
     return ""

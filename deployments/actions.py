@@ -321,6 +321,19 @@ def delete(actor: Any, deployment: Deployment) -> None:
         lifecycle.enqueue("refresh_deployment", deployment.pk)
 
 
+def sync_files(actor: Any, deployment: Deployment) -> str:
+    """Copy the model's files to every ready machine of the cluster (or check them again)."""
+    from deployments import machine_files
+
+    with transaction.atomic():
+        try:
+            words = machine_files.request_sync(deployment)
+        except machine_files.SyncRefused as refused:
+            raise ActionRefused(str(refused)) from None
+        record(deployment, actor, f"Sync: {words}")
+    return words
+
+
 def check_now(actor: Any, deployment: Deployment) -> Deployment:
     """Look at it at once; a FAILED deployment starts over."""
     with transaction.atomic():

@@ -26,7 +26,7 @@ from clusters.models import Accelerator, Cluster
 from console.access import NEEDS_OPERATE, get_deployment, has_role, team_roles, visible_deployments
 from console.access import is_platform_admin as is_staff_admin
 from console.models import Team
-from deployments import actions
+from deployments import actions, machine_files
 from deployments.actions import ActionRefused, HostRequest
 from deployments.choices import CopyState
 from deployments.engine.settings import CATALOG as ENGINE_SETTINGS
@@ -210,6 +210,25 @@ class DeploymentOut(Schema):
     created_by: str | None
     created_at: datetime
     copies: list[CopyOut]
+
+
+class MachineFilesOut(Schema):
+    machine: str
+    ready: bool
+    state: str | None = Field(
+        description="queued, copying, present, missing or failed; null when never checked"
+    )
+    progress_bytes: int
+    size_bytes: int
+    message: str
+
+
+class ModelFilesOut(Schema):
+    on: int = Field(description="machines of the cluster that have the model's files")
+    of: int = Field(description="machines of the cluster")
+    summary: str
+    message: str = Field("", description="what Sync did, when this answers a Sync")
+    machines: list[MachineFilesOut]
 
 
 class EstimateOut(Schema):
@@ -474,6 +493,42 @@ def start(request: HttpRequest, id: int) -> Status[dict[str, Any]]:
 def check_now(request: HttpRequest, id: int) -> Status[dict[str, Any]]:
     """Look at it at once; a FAILED deployment starts over."""
     return Status(202, operate(request, id, lambda d: actions.check_now(request.user, d)))
+
+
+def files_out(deployment: Deployment, message: str = "") -> dict[str, Any]:
+    files = machine_files.summary(deployment)
+    machines = [
+        {
+            "machine": line.machine.name,
+            "ready": line.machine.ready,
+            "state": line.files.state if line.files else None,
+            "progress_bytes": line.files.progress_bytes if line.files else 0,
+            "size_bytes": line.files.size_bytes if line.files else 0,
+            "message": line.files.message if line.files else "",
+        }
+        for line in files.lines
+    ]
+    return {
+        "on": files.on,
+        "of": files.of,
+        "summary": files.words,
+        "message": message,
+        "machines": machines,
+    }
+
+
+@router.get("/deployments/{int:id}/files", response={200: ModelFilesOut, **ERRORS})
+def model_files(request: HttpRequest, id: int) -> dict[str, Any]:
+    """On which machines of the cluster the model's files are."""
+    return files_out(get_deployment(request.user, id))
+
+
+@router.post("/deployments/{int:id}/sync", response={202: ModelFilesOut, **ERRORS})
+def sync_files(request: HttpRequest, id: int) -> Status[dict[str, Any]]:
+    """Copy the model's files to every ready machine that lacks them (and check the others)."""
+    deployment = get_deployment(request.user, id, NEEDS_OPERATE)
+    said = actions.sync_files(request.user, deployment)
+    return Status(202, files_out(deployment, said))
 
 
 @router.delete("/deployments/{int:id}", response={202: AcceptedOut, **ERRORS})

@@ -17,7 +17,7 @@ from clusters.backends.local import WaitForRoom
 from clusters.backends.supervisor import free_port
 from clusters.models import Accelerator, ClusterKind
 from clusters.registry import backend_for
-from deployments import lifecycle, transitions
+from deployments import lifecycle, machine_files, transitions
 from deployments.choices import CopyState as C
 from deployments.choices import DeploymentState as D
 from deployments.choices import ErrorCode
@@ -127,8 +127,6 @@ def spec_for(copy: Copy, port: int = 0, api_key: str = "") -> CopySpec:
         memory_share=copy.gpu_memory_utilization or 0.0,
         reserved_bytes=copy.allocated_bytes,
         port=port,
-        model_path=str(deployment.model.repo_id),
-        model_bytes=deployment.variant.size_bytes,
     )
 
 
@@ -142,9 +140,16 @@ def prepare(copy_id: int) -> None:
     copy = load_copy(copy_id)
     if copy is None or copy.state != C.COPYING_FILES:
         return
-    backend = backend_for(copy.deployment.cluster)
+    server_copy = lifecycle.files_on_this_server(copy.deployment)
+    if server_copy is None:
+        words = (
+            "The model's files are no longer on this server: download them again "
+            "(the model's page, or Models → On this server)."
+        )
+        missing_files(copy, (), words)
+        return
     try:
-        result = backend.prepare_files(spec_for(copy))
+        result = machine_files.copy_for_launch(copy.machine, server_copy)
     except BackendError as error:
         lifecycle.fail_copy(copy, Failure(ErrorCode.RUNTIME_ERROR, False, str(error)))
         return

@@ -13,7 +13,7 @@ from datetime import timedelta
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from deployments import launching, lifecycle
+from deployments import launching, lifecycle, machine_files
 from deployments.choices import CopyState as C
 from deployments.choices import DeploymentState as D
 from deployments.choices import ErrorCode
@@ -146,6 +146,7 @@ def reconcile_all() -> None:
     evacuate_lost_machines()
     release_orphaned_reservations()
     redispatch_stalled_downloads()
+    machine_files.redispatch_stalled()
     active = list(
         Deployment.objects.filter(lifecycle.q_active_deployments())
         .order_by("created_at", "pk")

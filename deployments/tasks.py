@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from deployments import launching, lifecycle, reconciler
+from deployments import launching, lifecycle, machine_files, reconciler
 
 
 @shared_task(acks_late=True)
@@ -20,6 +20,11 @@ def place_deployment(deployment_id: int) -> None:
 @shared_task(acks_late=True)
 def prepare_copy(copy_id: int) -> None:
     launching.prepare(copy_id)
+
+
+@shared_task(acks_late=True)
+def sync_machine_files(machine_files_id: int) -> None:
+    machine_files.run_sync(machine_files_id)
 
 
 @shared_task(acks_late=True)

@@ -11,6 +11,7 @@ urlpatterns = [
     path("<int:pk>/start/", views.start, name="deployment_start"),
     path("<int:pk>/delete/", views.delete, name="deployment_delete"),
     path("<int:pk>/check/", views.check_now, name="deployment_check_now"),
+    path("<int:pk>/sync/", views.sync_files, name="deployment_sync_files"),
     path("<int:pk>/chat-name/", views.offer_in_chat, name="deployment_offer_in_chat"),
     path("<int:pk>/reply-wait/", views.reply_wait, name="deployment_reply_wait"),
     path("<int:pk>/logs/", logs_view.deployment_logs, name="deployment_logs"),

@@ -15,7 +15,7 @@ from django.views.decorators.http import require_POST
 from catalog.models import Model
 from clusters.models import Cluster
 from console.access import NEEDS_OPERATE, get_deployment, has_role, visible_deployments
-from deployments import actions, figures
+from deployments import actions, figures, machine_files
 from deployments.choices import DEPLOYMENT_ACTIVE, DEPLOYMENT_SERVING, CopyState, DeploymentState
 from deployments.models import Deployment, Reservation
 
@@ -87,6 +87,7 @@ def deployment_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "deployment": deployment,
         "copies": copies_with_placement(deployment),
         "copies_ready": deployment.copies.filter(state=CopyState.READY).count(),
+        "files": machine_files.summary(deployment),
         "events": deployment.events.select_related("actor")[:50],
         "can_operate": has_role(request.user, deployment.team_id, NEEDS_OPERATE),
         "figures": figures.summary(deployment.pk),
@@ -99,19 +100,26 @@ def deployment_detail(request: HttpRequest, pk: int) -> HttpResponse:
 FIELD_LABELS = {"reply_wait_s": "reply wait", "chat_name": "chat name", "copies": "copies"}
 
 
+def said_by_action(words: str) -> str:
+    return words
+
+
 def operate(
-    request: HttpRequest, pk: int, act: Callable[[Deployment], Any], done: str
+    request: HttpRequest,
+    pk: int,
+    act: Callable[[Deployment], Any],
+    done: str | Callable[[Any], str],
 ) -> HttpResponse:
     """Run one action as the user (operators only) and say what happened."""
     deployment = get_deployment(request.user, pk, NEEDS_OPERATE)
     try:
-        act(deployment)
+        result = act(deployment)
     except actions.ActionRefused as refused:
         label = FIELD_LABELS.get(refused.field, refused.field.replace("_", " "))
         field = f"{label}: " if refused.field else ""
         messages.error(request, f"Not done: {field}{refused.message}.")
         return redirect("deployment_detail", pk=pk)
-    messages.success(request, done)
+    messages.success(request, done if isinstance(done, str) else done(result))
     if not Deployment.objects.filter(pk=pk).exists():
         return redirect("deployment_list")
     return redirect("deployment_detail", pk=pk)
@@ -152,6 +160,11 @@ def delete(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 def check_now(request: HttpRequest, pk: int) -> HttpResponse:
     return operate(request, pk, lambda d: actions.check_now(request.user, d), "Checking now.")
+
+
+@require_POST
+def sync_files(request: HttpRequest, pk: int) -> HttpResponse:
+    return operate(request, pk, lambda d: actions.sync_files(request.user, d), said_by_action)
 
 
 @require_POST

@@ -6,7 +6,8 @@ backend, and writes what comes back (Discovery, Observation, LogRecord) into row
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import hashlib
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal, Protocol
@@ -87,9 +88,6 @@ class CopySpec:
     memory_share: float = 0.0  # --gpu-memory-utilization given to the engine
     reserved_bytes: int = 0
     port: int = 0
-    model_path: str = ""  # where the model's files are (standalone, simulator)
-    model_bytes: int = 0
-    model_files: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -101,6 +99,35 @@ class CopyHandle:
     pid: int | None = None
     port: int | None = None
     pod_name: str = ""
+
+
+@dataclass(frozen=True)
+class ModelFiles:
+    """One variant's files at one revision: what must be on a machine before a copy starts."""
+
+    repo_id: str
+    revision: str = ""  # the commit this server's download pinned ("" → the default branch)
+    variant: str = ""  # one repository may hold several variants (GGUF files, say)
+    source_path: str = ""  # the folder this server keeps them in ("" when it keeps none)
+    size_bytes: int = 0
+    files: tuple[tuple[str, int], ...] = ()  # (path in the repository, bytes)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.files)
+
+    @property
+    def key(self) -> str:
+        """A short name for these files that is the same on every machine and in every run."""
+        what = f"{self.repo_id}\n{self.revision}\n{self.variant}"
+        return hashlib.sha256(what.encode()).hexdigest()[:16]
+
+    def words(self) -> str:
+        return f"{self.repo_id} {self.variant}".strip()
+
+
+# Told the bytes on the machine so far, as a copy of model files goes on.
+Progress = Callable[[int], None]
 
 
 @dataclass(frozen=True)
@@ -158,7 +185,11 @@ class ClusterBackend(Protocol):
 
     def discover(self) -> Discovery: ...
 
-    def prepare_files(self, spec: CopySpec) -> FilesResult: ...
+    def check_files(self, machine: str, files: ModelFiles) -> FilesResult: ...
+
+    def prepare_files(
+        self, machine: str, files: ModelFiles, progress: Progress | None = None
+    ) -> FilesResult: ...
 
     def launch(self, spec: CopySpec) -> CopyHandle: ...
 

@@ -18,8 +18,8 @@ and the files are then recorded as present on that machine.
 
 from __future__ import annotations
 
-import hashlib
 import json
+import math
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -37,6 +37,8 @@ from clusters.backends.base import (
     DiscoveredSlice,
     Discovery,
     FilesResult,
+    ModelFiles,
+    Progress,
 )
 from clusters.backends.local import (
     GIB,
@@ -54,6 +56,7 @@ __all__ = ["SimulatorBackend", "WaitForRoom", "discover_inventory", "engine_argv
 MIB = 1 << 20
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_COPY_BYTES_PER_SECOND = 20 * GIB
+COPY_STEP_S = 0.25  # how often a simulated copy of model files reports its bytes
 ModelFacts = Mapping[str, Any]
 ModelFactsFor = Callable[[CopySpec], ModelFacts | None] | Mapping[str, ModelFacts]
 
@@ -208,33 +211,44 @@ class SimulatorBackend(LocalProcessBackend):
 
     # -------------------------------------------------------- files
 
-    def files_marker(self, machine: str, spec: CopySpec) -> Path:
-        what = spec.model_path or model_tag(spec.argv) or spec.deployment_name
-        digest = hashlib.sha256(what.encode()).hexdigest()[:16]
-        return self.state_dir / "machines" / machine / "files" / f"{digest}.json"
+    def files_marker(self, machine: str, files: ModelFiles) -> Path:
+        return self.state_dir / "machines" / machine / "files" / f"{files.key}.json"
 
-    def prepare_files(self, spec: CopySpec) -> FilesResult:
-        """Copy the model to the machine: time in proportion to its bytes, instant once there."""
-        machine = self._machine(spec.machine)
-        marker = self.files_marker(machine["name"], spec)
+    def check_files(self, machine: str, files: ModelFiles) -> FilesResult:
+        name = self._machine(machine)["name"]
+        if self.files_marker(name, files).exists():
+            return FilesResult(True, message=f"{files.words()} is on {name}")
+        return FilesResult(False, files.names, f"{files.words()} is not on {name} yet")
+
+    def prepare_files(
+        self, machine: str, files: ModelFiles, progress: Progress | None = None
+    ) -> FilesResult:
+        """Copy the model to the machine: time in proportion to its bytes, instant once there.
+        A machine the inventory marks not ready cannot be copied to (as an unreachable one)."""
+        entry = self._machine(machine)
+        marker = self.files_marker(entry["name"], files)
         if marker.exists():
-            return FilesResult(True, message=f"the model is already on {machine['name']}")
-        seconds = spec.model_bytes / self.copy_bytes_per_second
-        time.sleep(seconds)
+            return FilesResult(True, message=f"the model is already on {entry['name']}")
+        if not entry.get("ready", True):
+            raise BackendError(f"{entry['name']} is not ready: the files cannot be copied to it")
+        seconds = self.copy_in_steps(files.size_bytes, progress)
         marker.parent.mkdir(parents=True, exist_ok=True)
-        record = {
-            "model_path": spec.model_path,
-            "bytes": spec.model_bytes,
-            "files": spec.model_files,
-        }
+        record = {"repo_id": files.repo_id, "revision": files.revision, "files": files.files}
         temporary = marker.with_name(marker.name + ".tmp")
         temporary.write_text(json.dumps(record))
         temporary.replace(marker)
-        return FilesResult(
-            True,
-            message=f"copied {spec.model_bytes / GIB:.1f} GiB to {machine['name']} "
-            f"in {seconds:.1f} s",
-        )
+        copied = f"{files.size_bytes / GIB:.1f} GiB"
+        return FilesResult(True, message=f"copied {copied} to {entry['name']} in {seconds:.1f} s")
+
+    def copy_in_steps(self, size: int, progress: Progress | None) -> float:
+        """Sleep as long as copying `size` bytes takes, telling `progress` as the bytes arrive."""
+        seconds = size / self.copy_bytes_per_second
+        steps = max(1, math.ceil(seconds / COPY_STEP_S))
+        for step in range(1, steps + 1):
+            time.sleep(seconds / steps)
+            if progress is not None:
+                progress(size * step // steps)
+        return seconds
 
     # -------------------------------------------------------- launch
 
@@ -284,7 +298,7 @@ class SimulatorBackend(LocalProcessBackend):
             return None
         if callable(source):
             return source(spec)
-        for key in (spec.model_path, model_tag(spec.argv), spec.deployment_name):
+        for key in (model_tag(spec.argv), spec.deployment_name):
             if key and key in source:
                 return source[key]
         return None

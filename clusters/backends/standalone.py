@@ -22,6 +22,8 @@ from clusters.backends.base import (
     DiscoveredMachine,
     Discovery,
     FilesResult,
+    ModelFiles,
+    Progress,
 )
 from clusters.backends.local import (
     LocalProcessBackend,
@@ -85,19 +87,30 @@ class StandaloneBackend(LocalProcessBackend):
         )
         return Discovery(machines=(machine,), message=report.message)
 
-    def prepare_files(self, spec: CopySpec) -> FilesResult:
-        """The model must already be on this machine (the console downloads it there)."""
-        if not spec.model_path:
-            return FilesResult(False, message="the copy names no model folder on this machine")
-        if not Path(spec.model_path).exists():
-            return FilesResult(False, message=f"{spec.model_path} does not exist on this machine")
-        missing = missing_model_files(spec.model_path, spec.model_files)
+    def check_files(self, machine: str, files: ModelFiles) -> FilesResult:
+        """The console downloads to this machine itself: the files are where it keeps them."""
+        if machine != self.machine_name:
+            return FilesResult(False, files.names, f"{machine} is not this machine")
+        folder = files.source_path
+        if not folder:
+            return FilesResult(False, files.names, "this server keeps no copy of the model")
+        if not Path(folder).exists():
+            return FilesResult(False, files.names, f"{folder} does not exist on this machine")
+        missing = missing_model_files(folder, files.names)
         if missing:
             shown = ", ".join(missing[:5]) + (" …" if len(missing) > 5 else "")
-            return FilesResult(
-                False, missing, f"{len(missing)} file(s) missing in {spec.model_path}: {shown}"
-            )
-        return FilesResult(True, message=f"the model is in {spec.model_path}")
+            words = f"{len(missing)} file(s) missing in {folder}: {shown}"
+            return FilesResult(False, missing, words)
+        return FilesResult(True, message=f"the model is in {folder}")
+
+    def prepare_files(
+        self, machine: str, files: ModelFiles, progress: Progress | None = None
+    ) -> FilesResult:
+        """Nothing to copy: the server's download is on this very machine, or it is missing."""
+        result = self.check_files(machine, files)
+        if result.present and progress is not None:
+            progress(files.size_bytes)
+        return result
 
     def launch(self, spec: CopySpec) -> CopyHandle:
         """Start the engine; a second launch of a running copy returns the running one."""

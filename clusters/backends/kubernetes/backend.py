@@ -10,8 +10,9 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,10 +27,13 @@ from clusters.backends.base import (
     FilesResult,
     LogRecord,
     MetricSample,
+    ModelFiles,
     Observation,
+    Progress,
 )
 from clusters.backends.kubernetes.discovery import BERTH, MANAGED_BY, discovery_from, is_berth_pod
 from clusters.backends.kubernetes.engine_output import log_record, log_records, metric_samples
+from clusters.backends.kubernetes.filljob import build_fill_job, fill_job_name, job_outcome
 from clusters.backends.kubernetes.kubeconfig import (
     KubeconfigError,
     Redactor,
@@ -116,6 +120,8 @@ class KubernetesBackend:
         connect_timeout_s: float = 5.0,
         request_timeout_s: float = 30.0,
         watch_timeout_s: float = 15.0,
+        fill_poll_s: float = 5.0,
+        fill_timeout_s: float = 3600.0,
     ) -> None:
         document = parse_kubeconfig(kubeconfig_text)
         problem = check_namespace(namespace)
@@ -127,6 +133,8 @@ class KubernetesBackend:
         self.api = new_api_client(document, retries=2)
         self.core = client.CoreV1Api(self.api)
         self.apps = client.AppsV1Api(self.api)
+        self.batch = client.BatchV1Api(self.api)
+        self.fill_poll_s, self.fill_timeout_s = fill_poll_s, fill_timeout_s
         self.settings = ManifestSettings(
             image=engine_image, model_cache_claim=model_cache_claim, hf_token_secret=hf_token_secret
         )
@@ -139,6 +147,13 @@ class KubernetesBackend:
             self.apps.create_namespaced_deployment,
             self.apps.delete_namespaced_deployment,
             self.apps.list_namespaced_deployment,
+        )
+        self.jobs = ObjectKind(
+            "Job",
+            self.batch.read_namespaced_job,
+            self.batch.create_namespaced_job,
+            self.batch.delete_namespaced_job,
+            self.batch.list_namespaced_job,
         )
         self.services = ObjectKind(
             "Service",
@@ -181,17 +196,109 @@ class KubernetesBackend:
             why = self.explain(error, "list pods in all namespaces")
             return [], f"GPUs that other workloads hold could not be subtracted: {why}"
 
-    def prepare_files(self, spec: CopySpec) -> FilesResult:
-        # The engine downloads the model itself, into the cache volume its pods share.
-        where = self.settings.model_cache_claim or "the pod's own disk"
-        return FilesResult(True, message=f"The engine fetches the model into {where} as it starts.")
+    # --- model files ----------------------------------------------------------------------------
+
+    def shared_cache_claim(self) -> str:
+        """The claim that holds one cache for every node, or "" when the namespace has none
+        (no claim by that name, or one a single node at a time can mount)."""
+        claim = self.settings.model_cache_claim
+        if not claim:
+            return ""
+        try:
+            found = self.core.read_namespaced_persistent_volume_claim(
+                claim, self.namespace, _request_timeout=self.timeout
+            )
+        except client.ApiException as error:
+            if error.status == 404:
+                return ""
+            raise self.failure(error, f"read PersistentVolumeClaim {claim}") from None
+        except urllib3.exceptions.HTTPError as error:
+            raise self.failure(error, f"read PersistentVolumeClaim {claim}") from None
+        modes = (found.spec and found.spec.access_modes) or []
+        return claim if "ReadWriteMany" in modes else ""
+
+    def storage(self) -> ManifestSettings:
+        """The settings with the cache this namespace actually has: shared, or per node."""
+        return replace(self.settings, model_cache_claim=self.shared_cache_claim())
+
+    def fill_scope(self, settings: ManifestSettings, machine: str) -> str | None:
+        return None if settings.model_cache_claim else machine
+
+    def check_files(self, machine: str, files: ModelFiles) -> FilesResult:
+        settings = self.storage()
+        name = fill_job_name(files, self.fill_scope(settings, machine))
+        job = self.read(self.jobs, name)
+        if job is None:
+            return FilesResult(False, files.names, f"the model cache on {machine} is not filled")
+        outcome, reason = job_outcome(job)
+        if outcome == "succeeded":
+            return FilesResult(True, message=f"job {name} filled the model cache")
+        if outcome == "failed":
+            return FilesResult(False, files.names, f"job {name} failed: {reason}")
+        return FilesResult(False, files.names, f"job {name} is filling the model cache")
+
+    def prepare_files(
+        self, machine: str, files: ModelFiles, progress: Progress | None = None
+    ) -> FilesResult:
+        """Fill the model cache the copy's pod will mount, with a Job, and wait for it.
+
+        A Job that failed before is replaced (its partial files stay in the cache and the new
+        one continues them); one that succeeded is the record that the files are there.
+        """
+        settings = self.storage()
+        scope = self.fill_scope(settings, machine)
+        name = fill_job_name(files, scope)
+        job = self.read(self.jobs, name)
+        if job is not None and job_outcome(job)[0] == "failed":
+            self.delete(self.jobs, name)
+            job = None
+        if job is None:
+            self.create_job(build_fill_job(files, scope, self.namespace, settings))
+        return self.wait_for_fill(name, machine, files, progress)
+
+    def create_job(self, body: dict[str, Any]) -> None:
+        try:
+            self.batch.create_namespaced_job(self.namespace, body, _request_timeout=self.timeout)
+        except client.ApiException as error:
+            if error.status != 409:  # 409: another copy on this node started the same fill
+                raise self.failure(error, f"create Job {body['metadata']['name']}") from None
+        except urllib3.exceptions.HTTPError as error:
+            raise self.failure(error, f"create Job {body['metadata']['name']}") from None
+
+    def wait_for_fill(
+        self, name: str, machine: str, files: ModelFiles, progress: Progress | None
+    ) -> FilesResult:
+        began = time.monotonic()
+        while True:
+            job = self.read(self.jobs, name)
+            if job is None:
+                raise BackendError(f"Job {name} that fills the model cache was deleted")
+            outcome, reason = job_outcome(job)
+            if outcome == "succeeded":
+                if progress is not None:
+                    progress(files.size_bytes)
+                return FilesResult(True, message=f"job {name} filled the model cache")
+            if outcome == "failed":
+                raise BackendError(
+                    f"Job {name} that fills the model cache on {machine} failed ({reason}). "
+                    f"Its pod's log says why: kubectl -n {self.namespace} logs job/{name}"
+                )
+            if time.monotonic() - began > self.fill_timeout_s:
+                raise BackendError(
+                    f"Job {name} has not filled the model cache on {machine} after "
+                    f"{self.fill_timeout_s / 60:.0f} min; see kubectl -n {self.namespace} "
+                    f"describe job/{name}"
+                )
+            if progress is not None:
+                progress(0)  # the bytes are not known here; this says the wait is alive
+            time.sleep(self.fill_poll_s)
 
     # --- launch and stop -----------------------------------------------------------------------
 
     def launch(self, spec: CopySpec) -> CopyHandle:
         """Create the copy's Deployment and Service; what already exists for it is kept."""
         node = self.node_facts(spec.machine)
-        deployment = build_deployment(spec, node, self.namespace, self.settings)
+        deployment = build_deployment(spec, node, self.namespace, self.storage())
         service = build_service(spec, self.namespace)
         self.ensure(self.deployments, deployment, spec.copy_id)
         self.ensure(self.services, service, spec.copy_id)

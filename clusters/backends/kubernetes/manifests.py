@@ -50,7 +50,10 @@ class ManifestSettings:
     """What a cluster's admin may choose about the pods Berth creates."""
 
     image: str = DEFAULT_ENGINE_IMAGE
-    model_cache_claim: str = "berth-model-cache"  # "" → an emptyDir (downloads on every start)
+    # A claim every node can mount (ReadWriteMany) holds one cache for all; "" → each node keeps
+    # its own cache in node_cache_path (the backend decides from the namespace's claims).
+    model_cache_claim: str = "berth-model-cache"
+    node_cache_path: str = "/var/lib/berth/model-cache"
     hf_token_secret: str = "berth-hf-token"
     hf_token_key: str = "token"
     shm_size: str = "2Gi"
@@ -168,21 +171,30 @@ def container_env(spec: CopySpec, settings: ManifestSettings) -> list[dict[str, 
         for name, value in sorted(spec.env.items())
         if name not in DEVICE_SELECTION_ENV
     ]
-    if "HF_TOKEN" not in spec.env and settings.hf_token_secret:
-        secret = {"name": settings.hf_token_secret, "key": settings.hf_token_key, "optional": True}
-        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": secret}})
+    if "HF_TOKEN" not in spec.env:
+        env.extend(hf_token_env(settings))
     return env
 
 
+def hf_token_env(settings: ManifestSettings) -> list[dict[str, Any]]:
+    """HF_TOKEN from the namespace's Secret, when it has one (gated models need it)."""
+    if not settings.hf_token_secret:
+        return []
+    secret = {"name": settings.hf_token_secret, "key": settings.hf_token_key, "optional": True}
+    return [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": secret}}]
+
+
+def cache_volume(settings: ManifestSettings) -> dict[str, Any]:
+    """The Hugging Face cache: the shared claim, or the node's own directory."""
+    if settings.model_cache_claim:
+        return {"persistentVolumeClaim": {"claimName": settings.model_cache_claim}}
+    return {"hostPath": {"path": settings.node_cache_path, "type": "DirectoryOrCreate"}}
+
+
 def volumes(settings: ManifestSettings) -> list[dict[str, Any]]:
-    cache: dict[str, Any] = (
-        {"persistentVolumeClaim": {"claimName": settings.model_cache_claim}}
-        if settings.model_cache_claim
-        else {"emptyDir": {}}
-    )
     # NCCL and vLLM's workers exchange tensors through /dev/shm; the container default is 64 MiB.
     shm = {"emptyDir": {"medium": "Memory", "sizeLimit": settings.shm_size}}
-    return [{"name": "model-cache", **cache}, {"name": "shm", **shm}]
+    return [{"name": "model-cache", **cache_volume(settings)}, {"name": "shm", **shm}]
 
 
 def engine_container(

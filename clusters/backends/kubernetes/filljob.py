@@ -1,0 +1,106 @@
+"""The Job that fills the model cache before a copy starts, and how to read how it ended.
+
+Pure functions, like manifests.py. Where the namespace has a ReadWriteMany claim for the cache
+(shared storage), one Job fills it for every node. Where it has none, each node keeps its own
+cache in a host directory, and one Job per node fills it there (pinned to the node by its
+hostname). Either way the engine's pods mount the same cache and find the files already there.
+
+The Job runs huggingface_hub's snapshot_download (the engine image has it) for exactly the files
+this server's download chose, at the commit it pinned; the program is fixed and the repository,
+revision and file names are its arguments, so nothing is ever interpreted by a shell.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Literal
+
+from clusters.backends.base import ModelFiles
+from clusters.backends.kubernetes.discovery import AMD_GPU, BERTH, MANAGED_BY, NVIDIA_GPU
+from clusters.backends.kubernetes.manifests import (
+    HF_CACHE,
+    HOSTNAME_LABEL,
+    ManifestSettings,
+    cache_volume,
+    hf_token_env,
+)
+
+FILL_CONTAINER = "fill"
+FILES_LABEL = "berth.io/model-files"
+FILL_PROGRAM = """\
+import sys
+from huggingface_hub import snapshot_download
+repo, revision, *names = sys.argv[1:]
+path = snapshot_download(repo, revision=revision or None, allow_patterns=names or None)
+print("berth: model cache filled at", path, flush=True)
+"""
+# Retries of a failed download pod before the Job is failed (a flaky network, a node restart).
+FILL_BACKOFF_LIMIT = 2
+
+JobOutcome = Literal["running", "succeeded", "failed"]
+
+
+def fill_job_name(files: ModelFiles, machine: str | None) -> str:
+    """One Job per files and node (or per files, for a shared cache): a DNS-1123 name."""
+    where = hashlib.sha256(machine.encode()).hexdigest()[:8] if machine else "shared"
+    return f"berth-fill-{files.key[:12]}-{where}"
+
+
+def build_fill_job(
+    files: ModelFiles, machine: str | None, namespace: str, settings: ManifestSettings
+) -> dict[str, Any]:
+    """The Job body. `machine` pins it to one node; None fills the shared claim from anywhere."""
+    name = fill_job_name(files, machine)
+    labels = {MANAGED_BY: BERTH, FILES_LABEL: files.key}
+    pod: dict[str, Any] = {
+        "restartPolicy": "Never",
+        # GPU nodes are often tainted so that only GPU pods land there; the cache is on them.
+        "tolerations": [{"key": key, "operator": "Exists"} for key in (NVIDIA_GPU, AMD_GPU)],
+        "containers": [
+            {
+                "name": FILL_CONTAINER,
+                "image": settings.image,
+                "command": ["python3", "-c", FILL_PROGRAM, files.repo_id, files.revision],
+                "args": list(files.names),
+                "env": [
+                    {"name": "HF_HUB_DISABLE_PROGRESS_BARS", "value": "1"},
+                    *hf_token_env(settings),
+                ],
+                "volumeMounts": [{"name": "model-cache", "mountPath": HF_CACHE}],
+            }
+        ],
+        "volumes": [{"name": "model-cache", **cache_volume(settings)}],
+    }
+    if machine:
+        pod["nodeSelector"] = {HOSTNAME_LABEL: machine}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": {
+                "berth.io/machine": machine or "",
+                "berth.io/model": f"{files.repo_id}@{files.revision or 'main'} {files.variant}",
+            },
+        },
+        "spec": {
+            "backoffLimit": FILL_BACKOFF_LIMIT,
+            "template": {"metadata": {"labels": labels}, "spec": pod},
+        },
+    }
+
+
+def job_outcome(job: Any) -> tuple[JobOutcome, str]:
+    """How a fill Job stands, and the reason Kubernetes gave when it failed."""
+    status = job.status
+    if status is None:
+        return "running", ""
+    if status.succeeded:
+        return "succeeded", ""
+    for condition in status.conditions or ():
+        if condition.type == "Failed" and condition.status == "True":
+            reason = condition.reason or "Failed"
+            return "failed", f"{reason}: {condition.message}" if condition.message else reason
+    return "running", ""
