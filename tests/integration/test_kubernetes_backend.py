@@ -63,9 +63,11 @@ from clusters.backends.base import (
     CopySpec,
     LogRecord,
     MetricSample,
+    ModelFiles,
     Observation,
 )
 from clusters.backends.kubernetes import ConnectionCheck, KubernetesBackend
+from clusters.backends.kubernetes.filljob import fill_job_name
 
 POD = "qwen-chat-0-7d4b9c8f6-x2k8p"
 QWEN_ARGV = (
@@ -351,8 +353,12 @@ def test_launch_creates_the_copys_deployment_and_service(backend, cluster, apps,
     assert pod["nodeSelector"] == {"kubernetes.io/hostname": "gpu-h100-a"}
     assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists"}]
     assert pod["enableServiceLinks"] is False
+    # No shared claim in the namespace: the node's own directory holds the model cache.
     assert pod["volumes"] == [
-        {"name": "model-cache", "persistentVolumeClaim": {"claimName": "berth-model-cache"}},
+        {
+            "name": "model-cache",
+            "hostPath": {"path": "/var/lib/berth/model-cache", "type": "DirectoryOrCreate"},
+        },
         {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}},
     ]
     (container,) = pod["containers"]
@@ -896,3 +902,154 @@ def test_a_working_kubeconfig_passes_the_connection_test(kube, core):
         True,
         f'Connected to {kube.url}: 2 nodes, 1 with GPUs; pods in namespace "berth" can be read.',
     )
+
+
+# --- model files: the Job that fills the model cache ------------------------------------------
+
+QWEN_FILES = ModelFiles(
+    "Qwen/Qwen2.5-0.5B-Instruct",
+    "7ae557604adf67be50417f59c2c2f167def9a775",
+    "bf16",
+    size_bytes=988_097_824,
+    files=(("config.json", 659), ("model.safetensors", 988_097_536)),
+)
+
+
+def claim(core: client.CoreV1Api, *modes: str) -> None:
+    body = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "berth-model-cache", "namespace": NAMESPACE},
+        "spec": {"accessModes": list(modes), "resources": {"requests": {"storage": "500Gi"}}},
+    }
+    core.create_namespaced_persistent_volume_claim(NAMESPACE, body)
+
+
+def jobs(batch: client.BatchV1Api) -> list[dict]:
+    listed = raw(batch.list_namespaced_job(NAMESPACE, _preload_content=False))
+    return listed["items"]
+
+
+def finish_job(batch: client.BatchV1Api, name: str, status: dict, after_s: float = 0.3) -> None:
+    """The Job controller's part: after a while, the Job's status says how it ended."""
+
+    def later() -> None:
+        time.sleep(after_s)
+        batch.patch_namespaced_job_status(name, NAMESPACE, {"status": status})
+
+    threading.Thread(target=later, daemon=True).start()
+
+
+JOB_FAILED = {
+    "failed": 3,
+    "conditions": [
+        {
+            "type": "Failed",
+            "status": "True",
+            "reason": "BackoffLimitExceeded",
+            "message": "Job has reached the specified backoff limit",
+        }
+    ],
+}
+
+
+@pytest.fixture
+def batch(api: client.ApiClient) -> client.BatchV1Api:
+    return client.BatchV1Api(api)
+
+
+@pytest.fixture
+def quick(kube: KmockServer) -> Iterator[KubernetesBackend]:
+    text = kubeconfig(kube.url)
+    with KubernetesBackend(text, NAMESPACE, IMAGE, fill_poll_s=0.05, fill_timeout_s=5) as backend:
+        yield backend
+
+
+def test_without_shared_storage_a_job_per_node_fills_its_own_cache(quick, cluster, batch):
+    name = fill_job_name(QWEN_FILES, "gpu-h100-a")
+    assert not quick.check_files("gpu-h100-a", QWEN_FILES).present
+    finish_job(batch, name, {"succeeded": 1})
+    seen: list[int] = []
+    result = quick.prepare_files("gpu-h100-a", QWEN_FILES, seen.append)
+    assert result.present and name in result.message
+    assert seen[-1] == QWEN_FILES.size_bytes
+    (job,) = jobs(batch)
+    assert job["metadata"]["name"] == name and job["spec"]["backoffLimit"] == 2
+    pod = job["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"kubernetes.io/hostname": "gpu-h100-a"}
+    assert pod["restartPolicy"] == "Never"
+    assert pod["volumes"] == [
+        {
+            "name": "model-cache",
+            "hostPath": {"path": "/var/lib/berth/model-cache", "type": "DirectoryOrCreate"},
+        }
+    ]
+    (container,) = pod["containers"]
+    assert container["image"] == IMAGE
+    # An argument list: the program is fixed, the repository, commit and files are arguments.
+    assert container["command"][:2] == ["python3", "-c"]
+    assert "snapshot_download" in container["command"][2]
+    assert container["command"][3:] == [QWEN_FILES.repo_id, QWEN_FILES.revision]
+    assert container["args"] == ["config.json", "model.safetensors"]
+    assert container["volumeMounts"] == [
+        {"name": "model-cache", "mountPath": "/root/.cache/huggingface"}
+    ]
+    assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
+        "name": "berth-hf-token", "key": "token", "optional": True}}} in container["env"]  # fmt: skip
+    # Filled once: the next copy on this node finds the files at once, another node gets its own.
+    assert quick.check_files("gpu-h100-a", QWEN_FILES).present
+    assert quick.prepare_files("gpu-h100-a", QWEN_FILES).present and len(jobs(batch)) == 1
+    assert not quick.check_files("gpu-h100-b", QWEN_FILES).present
+
+
+def test_with_a_shared_claim_one_job_fills_the_cache_for_every_node(quick, cluster, core, batch):
+    claim(core, "ReadWriteMany")
+    name = fill_job_name(QWEN_FILES, None)
+    finish_job(batch, name, {"succeeded": 1})
+    assert quick.prepare_files("gpu-h100-a", QWEN_FILES).present
+    (job,) = jobs(batch)
+    pod = job["spec"]["template"]["spec"]
+    assert "nodeSelector" not in pod
+    assert pod["volumes"] == [
+        {"name": "model-cache", "persistentVolumeClaim": {"claimName": "berth-model-cache"}}
+    ]
+    assert quick.check_files("gpu-h100-b", QWEN_FILES).present  # the same cache on every node
+    quick.launch(copy_spec())
+    engine = raw(client.AppsV1Api(quick.api).read_namespaced_deployment(
+        "qwen-chat-0", NAMESPACE, _preload_content=False))  # fmt: skip
+    volumes = engine["spec"]["template"]["spec"]["volumes"]
+    assert volumes[0] == {
+        "name": "model-cache",
+        "persistentVolumeClaim": {"claimName": "berth-model-cache"},
+    }
+
+
+def test_a_claim_one_node_at_a_time_can_mount_is_not_shared_storage(quick, cluster, core, batch):
+    claim(core, "ReadWriteOnce")
+    finish_job(batch, fill_job_name(QWEN_FILES, "gpu-h100-a"), {"succeeded": 1})
+    assert quick.prepare_files("gpu-h100-a", QWEN_FILES).present
+    (job,) = jobs(batch)
+    assert job["spec"]["template"]["spec"]["nodeSelector"] == {
+        "kubernetes.io/hostname": "gpu-h100-a"
+    }
+
+
+def test_a_failed_fill_says_why_and_the_next_attempt_replaces_the_job(quick, cluster, batch):
+    name = fill_job_name(QWEN_FILES, "gpu-h100-a")
+    finish_job(batch, name, JOB_FAILED)
+    with pytest.raises(BackendError) as failed:
+        quick.prepare_files("gpu-h100-a", QWEN_FILES)
+    words = str(failed.value)
+    assert "BackoffLimitExceeded" in words and f"logs job/{name}" in words
+    assert "failed" in quick.check_files("gpu-h100-a", QWEN_FILES).message
+    finish_job(batch, name, {"succeeded": 1}, after_s=0.5)
+    assert quick.prepare_files("gpu-h100-a", QWEN_FILES).present
+    (job,) = jobs(batch)
+    assert job["status"] == {"succeeded": 1}
+
+
+def test_a_fill_that_never_ends_is_given_up_with_words(kube, cluster):
+    text = kubeconfig(kube.url)
+    with KubernetesBackend(text, NAMESPACE, IMAGE, fill_poll_s=0.05, fill_timeout_s=0.3) as slow:
+        with pytest.raises(BackendError, match="has not filled the model cache on gpu-h100-a"):
+            slow.prepare_files("gpu-h100-a", QWEN_FILES)

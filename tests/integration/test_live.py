@@ -188,3 +188,33 @@ async def test_model_groups_need_a_login():
 
     assert await refused(AnonymousUser(), "models")
     assert await refused(AnonymousUser(), "model-1")
+
+
+def files_arrived(deployment_id: int) -> None:
+    """What a Sync task does when the backend has copied the files to the machine."""
+    from catalog.models import ServerModel
+    from clusters.backends.base import FilesResult
+    from deployments import machine_files
+    from deployments.models import Deployment
+
+    deployment = Deployment.objects.get(pk=deployment_id)
+    kept = ServerModel.objects.create(variant=deployment.variant, state="ready", size_bytes=10)
+    row = machine_files.row_for(deployment.cluster.machines.get(), kept)
+    machine_files.finish(row, FilesResult(True, message="copied 1.0 GiB to lab-m1 in 0.1 s"))
+
+
+async def test_files_reaching_a_machine_update_the_panel_for_each_user(bob, carol, red):
+    deployment = await sync_to_async(factories.make_deployment)("live-files", red)
+    operator, viewer = (
+        connect(bob, f"deployment-{deployment.pk}"),
+        connect(carol, f"deployment-{deployment.pk}"),
+    )
+    assert (await operator.connect())[0] and (await viewer.connect())[0]
+    await sync_to_async(files_arrived)(deployment.pk)
+    for_operator, for_viewer = await operator.receive_from(5), await viewer.receive_from(5)
+    for html in (for_operator, for_viewer):
+        assert html.startswith('<section id="deployment-files"') and 'hx-swap-oob="true"' in html
+        assert "Model files: On every machine (1)." in html and "copied 1.0 GiB" in html
+    assert 'id="sync-files"' in for_operator and 'id="sync-files"' not in for_viewer
+    await operator.disconnect()
+    await viewer.disconnect()

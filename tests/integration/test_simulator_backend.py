@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from clusters.backends import supervisor
-from clusters.backends.base import CopyHandle, CopySpec
+from clusters.backends.base import BackendError, CopyHandle, CopySpec, ModelFiles
 from clusters.backends.simulator import SimulatorBackend, WaitForRoom, engine_argv
 from clusters.simulator import build_env
 from console.demo import DEMO_MACHINES
@@ -156,22 +156,44 @@ def test_a_malformed_machine_is_left_out_and_named(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- files
 
 
+def model_files(repo_id: str, size: int, revision: str = "abc123") -> ModelFiles:
+    return ModelFiles(repo_id, revision, "bf16", size_bytes=size, files=(("m.safetensors", size),))
+
+
 def test_copying_files_takes_time_in_proportion_to_size_once(backend: SimulatorBackend) -> None:
-    small = copy_spec(1, "h100-1", model_path="models/small", model_bytes=GIB)
-    large = copy_spec(2, "h100-1", model_path="models/large", model_bytes=4 * GIB)
+    small, large = model_files("acme/small", GIB), model_files("acme/large", 4 * GIB)
     took = []
-    for spec in (small, large, large):
+    for files in (small, large, large):
         began = time.monotonic()
-        result = backend.prepare_files(spec)
+        result = backend.prepare_files("h100-1", files)
         took.append(time.monotonic() - began)
         assert result.present
     assert 0.09 < took[0] < 0.35  # 1 GiB at 10 GiB/s
     assert 0.39 < took[1] < 0.8  # 4 GiB
     assert took[2] < 0.05  # already on the machine
     again = SimulatorBackend({"machines": DEMO_MACHINES}, backend.state_dir)
-    assert again.prepare_files(large).message == "the model is already on h100-1"
-    elsewhere = backend.prepare_files(copy_spec(3, "h100-2", model_path="models/small"))
+    assert again.prepare_files("h100-1", large).message == "the model is already on h100-1"
+    assert again.check_files("h100-1", large).present
+    assert not again.check_files("h100-2", large).present
+    elsewhere = backend.prepare_files("h100-2", small)
     assert elsewhere.present and "copied" in elsewhere.message
+    other_commit = model_files("acme/small", GIB, revision="def456")
+    assert not backend.check_files("h100-1", other_commit).present
+
+
+def test_a_copy_of_files_reports_its_bytes_as_they_arrive(backend: SimulatorBackend) -> None:
+    seen: list[int] = []
+    backend.prepare_files("h100-1", model_files("acme/progress", 8 * GIB), seen.append)
+    assert len(seen) >= 3 and seen == sorted(seen) and seen[-1] == 8 * GIB
+
+
+def test_files_cannot_be_copied_to_a_machine_that_is_not_ready(tmp_path: Path) -> None:
+    machines = [dict(DEMO_MACHINES[0], ready=False)]
+    backend = SimulatorBackend({"machines": machines}, tmp_path)
+    with pytest.raises(BackendError, match="h100-1 is not ready"):
+        backend.prepare_files("h100-1", model_files("acme/x", GIB))
+    with pytest.raises(BackendError, match="not in the simulated inventory"):
+        backend.prepare_files("nowhere", model_files("acme/x", GIB))
 
 
 # ---------------------------------------------------------------- a copy's life

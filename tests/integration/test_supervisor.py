@@ -16,6 +16,7 @@ import sys
 import textwrap
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
@@ -23,7 +24,7 @@ import pynvml
 import pytest
 
 from clusters.backends import supervisor
-from clusters.backends.base import BackendError, CopyHandle, CopySpec
+from clusters.backends.base import BackendError, CopyHandle, CopySpec, ModelFiles
 from clusters.backends.logparse import LineState, parse_lines
 from clusters.backends.standalone import StandaloneBackend, WaitForRoom
 from clusters.simulator import build_env, serve_argv
@@ -396,15 +397,22 @@ def test_prepare_files_lists_what_is_missing(tmp_path: Path) -> None:
     model = tmp_path / "models" / "qwen"
     model.mkdir(parents=True)
     (model / "config.json").write_text("{}")
-    files = ("config.json", "model.safetensors", "tokenizer.json")
-    result = backend.prepare_files(engine_spec(6, 8000, model_path=str(model), model_files=files))
+    names = ("config.json", "model.safetensors", "tokenizer.json")
+    files = ModelFiles(
+        "Qwen/Qwen3-0.6B", "abc", "bf16", str(model), 10, tuple((n, 2) for n in names)
+    )
+    result = backend.prepare_files("this-machine", files)
     assert (result.present, result.missing) == (False, ("model.safetensors", "tokenizer.json"))
     (model / "model.safetensors").write_bytes(b"")
     (model / "tokenizer.json").write_text("{}")
-    result = backend.prepare_files(engine_spec(6, 8000, model_path=str(model), model_files=files))
-    assert result.present and result.missing == ()
-    absent = backend.prepare_files(engine_spec(6, 8000, model_path=str(tmp_path / "nowhere")))
+    seen: list[int] = []
+    result = backend.prepare_files("this-machine", files, seen.append)
+    assert result.present and result.missing == () and seen == [10]
+    absent = backend.check_files("this-machine", replace(files, source_path=str(tmp_path / "no")))
     assert not absent.present and "does not exist" in absent.message
+    not_kept = backend.check_files("this-machine", replace(files, source_path=""))
+    assert not not_kept.present and "keeps no copy" in not_kept.message
+    assert "is not this machine" in backend.check_files("elsewhere", files).message
 
 
 # ---------------------------------------------------------------- reading vLLM's lines

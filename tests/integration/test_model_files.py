@@ -1,0 +1,180 @@
+"""Model files on the machines of a cluster: a copy's start brings them to its machine, Sync
+brings them to every ready machine, with progress, and the deployment's page says on how many.
+Run with the real worker, beat and watcher against a simulated cluster."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+
+from catalog.models import MachineFiles, Model, ServerModel
+from clusters.backends.simulator import discover_inventory
+from clusters.inventory import apply_discovery
+from clusters.models import Cluster
+from deployments import actions, machine_files
+from deployments.choices import DeploymentState
+from deployments.models import Deployment, Event
+from tests.processes import console_processes, wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+H100 = {
+    "vendor": "nvidia",
+    "product": "NVIDIA-H100-80GB-HBM3",
+    "memory_mib": 81559,
+    "compute_capability": "9.0",
+}
+FAST_ENGINE = {"BERTH_SIM_LOAD_S_PER_GB": "0.05", "BERTH_SIM_INIT_S": "0.1"}
+# Slow enough that a copy of Qwen3-0.6B's 1.1 GiB takes about two seconds to watch.
+COPY_RATE = str(2**29)
+
+
+def machine(name: str, ready: bool = True) -> dict:
+    accelerators = [{**H100, "index": 0, "uuid": f"GPU-{name}-0"}]
+    return {"name": name, "cpus": 32, "system_memory_gib": 256, "accelerators": accelerators,
+            "ready": ready}  # fmt: skip
+
+
+def three_machines(name: str) -> Cluster:
+    """Two ready machines and one that is not."""
+    machines = [machine(f"{name}-a"), machine(f"{name}-b"), machine(f"{name}-c", ready=False)]
+    inventory = {"machines": machines, "engine_env": FAST_ENGINE}
+    cluster = Cluster.objects.create(
+        name=name, kind="simulator", sharing_strategy="fractional", simulated_inventory=inventory
+    )
+    apply_discovery(cluster, discover_inventory(inventory))
+    return cluster
+
+
+@pytest.fixture
+def running(tmp_path, db):
+    call_command("load_catalog")
+    with console_processes(tmp_path, BERTH_SIMULATOR_COPY_BYTES_PER_S=COPY_RATE) as processes:
+        yield processes
+
+
+def kept_on_this_server(variant) -> ServerModel:
+    return ServerModel.objects.create(
+        variant=variant,
+        revision="4d6fb5e9f8a1c0b2a3d4e5f60718293a4b5c6d7e",
+        state="ready",
+        size_bytes=variant.size_bytes,
+        path=f"/models/{variant.pk}",
+        files=[["config.json", 726], ["model.safetensors", variant.size_bytes - 726]],
+    )
+
+
+def host(bob, red, cluster, name: str) -> Deployment:
+    model = Model.objects.get(repo_id="Qwen/Qwen3-0.6B")
+    variant = model.variants.get(name="bf16")
+    kept_on_this_server(variant)
+    asked = actions.HostRequest(
+        team=red,
+        model=model,
+        variant=variant,
+        cluster=cluster,
+        name=name,
+        engine_settings={"max_model_len": 4096},
+    )
+    return actions.host(bob, asked)
+
+
+def files_on(deployment: Deployment) -> tuple[int, int]:
+    summary = machine_files.summary(Deployment.objects.get(pk=deployment.pk))
+    return summary.on, summary.of
+
+
+def rows(deployment: Deployment) -> dict[str, MachineFiles]:
+    found = MachineFiles.objects.filter(variant=deployment.variant).select_related("machine")
+    return {row.machine.name: row for row in found}
+
+
+def test_sync_copies_the_files_to_every_ready_machine_with_progress(
+    running, tmp_path, client, bob, red
+):
+    cluster = three_machines("files")
+    deployment = host(bob, red, cluster, "synced")
+    wait_for(
+        lambda: Deployment.objects.get(pk=deployment.pk).state == DeploymentState.DEPLOYED,
+        90,
+        what="DEPLOYED",
+    )
+    # The copy's start brought the files to its own machine only.
+    assert files_on(deployment) == (1, 3)
+    (placed,) = [name for name, row in rows(deployment).items() if row.state == "present"]
+    client.force_login(bob)
+    page = client.get(f"/deployments/{deployment.pk}/").content.decode()
+    assert "Model files: On 1 of 3 machines." in page and 'id="sync-files"' in page
+
+    answer = client.post(f"/deployments/{deployment.pk}/sync/", follow=True).content.decode()
+    assert "Syncing the model files to 2 machines; 1 not ready, left out." in answer
+    other = next(name for name in ("files-a", "files-b") if name != placed)
+    # The machine without the files shows its bytes arriving, then has them.
+    copying = wait_for(
+        lambda: (row := rows(deployment)[other]).state == "copying" and row.progress_bytes > 0,
+        30,
+        every=0.05,
+        what="the copy to report its bytes",
+    )
+    assert copying
+    wait_for(lambda: files_on(deployment) == (2, 3), 30, what="the files on both ready machines")
+    found = rows(deployment)
+    assert found[placed].message == f"the model is already on {placed}"
+    assert found[other].message.startswith(f"copied 1.1 GiB to {other}")
+    assert found[other].progress_bytes == found[other].size_bytes
+    assert "files-c" not in found  # not ready: left out, and the page says it was
+    marker = next((Path(tmp_path) / f"cluster-{cluster.pk}/machines/{other}/files").glob("*.json"))
+    assert json.loads(marker.read_text())["repo_id"] == "Qwen/Qwen3-0.6B"
+
+    page = client.get(f"/deployments/{deployment.pk}/").content.decode()
+    assert "Model files: On 2 of 3 machines." in page and "Not ready" in page
+    assert Event.objects.filter(deployment=deployment, message__startswith="Sync: ").exists()
+
+
+def test_viewers_see_the_files_but_cannot_sync(client, carol, red, bob):
+    from tests import factories
+
+    deployment = factories.make_deployment("looked-at", red)
+    server = kept_on_this_server(deployment.variant)
+    client.force_login(carol)
+    page = client.get(f"/deployments/{deployment.pk}/").content.decode()
+    assert "Model files: On 0 of 1 machine." in page and 'id="sync-files"' not in page
+    assert client.post(f"/deployments/{deployment.pk}/sync/").status_code == 403
+    assert client.post(f"/api/v1/deployments/{deployment.pk}/sync").status_code == 403
+    assert not MachineFiles.objects.exists()
+    listed = client.get(f"/api/v1/deployments/{deployment.pk}/files").json()
+    assert (listed["on"], listed["of"], listed["machines"][0]["state"]) == (0, 1, None)
+    assert server.pk  # kept on this server: only the role stopped the Sync
+
+
+def test_sync_before_the_download_ends_says_what_to_wait_for(client, bob, red):
+    from tests import factories
+
+    deployment = factories.make_deployment("early", red)
+    ServerModel.objects.create(variant=deployment.variant, state="downloading")
+    client.force_login(bob)
+    page = client.post(f"/deployments/{deployment.pk}/sync/", follow=True).content.decode()
+    assert "Not done: the model is not on this server yet: wait for its download" in page
+    answer = client.post(f"/api/v1/deployments/{deployment.pk}/sync")
+    assert answer.status_code == 400
+    assert "not on this server yet" in answer.json()["detail"]
+    assert not MachineFiles.objects.exists()
+
+
+def test_sync_through_the_api_queues_each_ready_machine_once(client, bob, red):
+    from tests import factories
+
+    deployment = factories.make_deployment("by-api", red)
+    kept_on_this_server(deployment.variant)
+    client.force_login(bob)
+    first = client.post(f"/api/v1/deployments/{deployment.pk}/sync")
+    assert first.status_code == 202
+    body = first.json()
+    assert body["message"] == "Syncing the model files to 1 machine."
+    assert body["machines"][0]["state"] == "queued"
+    # No worker runs in this test: the queued copy is still under way, so it is not queued twice.
+    again = client.post(f"/api/v1/deployments/{deployment.pk}/sync").json()
+    assert again["message"] == "Syncing the model files to 0 machines (1 already syncing)."
+    assert MachineFiles.objects.count() == 1
