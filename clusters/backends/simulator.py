@@ -214,12 +214,6 @@ class SimulatorBackend(LocalProcessBackend):
     def files_marker(self, machine: str, files: ModelFiles) -> Path:
         return self.state_dir / "machines" / machine / "files" / f"{files.key}.json"
 
-    def check_files(self, machine: str, files: ModelFiles) -> FilesResult:
-        name = self._machine(machine)["name"]
-        if self.files_marker(name, files).exists():
-            return FilesResult(True, message=f"{files.words()} is on {name}")
-        return FilesResult(False, files.names, f"{files.words()} is not on {name} yet")
-
     def prepare_files(
         self, machine: str, files: ModelFiles, progress: Progress | None = None
     ) -> FilesResult:

@@ -87,7 +87,7 @@ class StandaloneBackend(LocalProcessBackend):
         )
         return Discovery(machines=(machine,), message=report.message)
 
-    def check_files(self, machine: str, files: ModelFiles) -> FilesResult:
+    def files_here(self, machine: str, files: ModelFiles) -> FilesResult:
         """The console downloads to this machine itself: the files are where it keeps them."""
         if machine != self.machine_name:
             return FilesResult(False, files.names, f"{machine} is not this machine")
@@ -107,7 +107,7 @@ class StandaloneBackend(LocalProcessBackend):
         self, machine: str, files: ModelFiles, progress: Progress | None = None
     ) -> FilesResult:
         """Nothing to copy: the server's download is on this very machine, or it is missing."""
-        result = self.check_files(machine, files)
+        result = self.files_here(machine, files)
         if result.present and progress is not None:
             progress(files.size_bytes)
         return result

@@ -198,6 +198,7 @@ DEPLOYMENT_ACTIONS = [
     "deployment_start",
     "deployment_delete",
     "deployment_check_now",
+    "deployment_sync_files",
 ]
 
 

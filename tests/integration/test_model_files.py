@@ -178,3 +178,59 @@ def test_sync_through_the_api_queues_each_ready_machine_once(client, bob, red):
     again = client.post(f"/api/v1/deployments/{deployment.pk}/sync").json()
     assert again["message"] == "Syncing the model files to 0 machines (1 already syncing)."
     assert MachineFiles.objects.count() == 1
+
+
+def test_files_missing_at_launch_ask_for_a_new_download_and_it_goes_on_after(tmp_path, red, bob):
+    """Standalone: the copy's machine is this one, and the files are where the server keeps
+    them. One went missing → MUST_REDOWNLOAD naming it; the finished download starts it over."""
+    import socket
+
+    from catalog import downloads
+    from catalog.variants import RepoFile
+    from clusters.models import Machine
+    from deployments import launching, transitions
+    from deployments.choices import CopyState, ErrorCode
+    from deployments.models import Copy
+    from tests import factories
+
+    cluster = Cluster.objects.create(name="here", kind="standalone")
+    machine = Machine.objects.create(cluster=cluster, name=socket.gethostname())
+    model = factories.make_model("acme/here")
+    folder = tmp_path / "kept"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    kept = ServerModel.objects.create(
+        variant=model.variants.get(),
+        state="ready",
+        revision="abc123",
+        path=str(folder),
+        size_bytes=102,
+        files=[["config.json", 2], ["model.safetensors", 100]],
+    )
+    deployment = factories.make_deployment("here-one", red, cluster=cluster, model=model)
+    copy = factories.make_copy(deployment)
+    Copy.objects.filter(pk=copy.pk).update(machine=machine)
+    transitions.move_copy(copy.pk, CopyState.COPYING_FILES, message="Placed.")
+
+    launching.prepare(copy.pk)
+
+    copy = Copy.objects.get(pk=copy.pk)
+    assert (copy.state, copy.last_error_code) == (CopyState.FAILED, ErrorCode.MUST_REDOWNLOAD)
+    assert f"1 file(s) missing in {folder}: model.safetensors" in copy.last_error_message
+    deployment.refresh_from_db()
+    assert deployment.state == DeploymentState.MUST_REDOWNLOAD
+    assert "model.safetensors" in deployment.last_message
+    kept.refresh_from_db()
+    assert kept.state == "must_redownload"
+    (row,) = MachineFiles.objects.filter(machine=machine)
+    assert row.state == "missing" and "model.safetensors" in row.message
+
+    # Try again on this server; the download brings the file back and the deployment goes on.
+    downloads.try_again(kept, bob)
+    assert downloads.claim(kept.pk) is not None
+    (folder / "model.safetensors").write_bytes(b"w" * 100)
+    files = (RepoFile("config.json", 2), RepoFile("model.safetensors", 100))
+    downloads.finish(kept.pk, downloads.Plan("abc123", files, folder))
+    deployment.refresh_from_db()
+    assert deployment.state == DeploymentState.REQUESTED
+    assert deployment.last_message == "The model's files are on this server now; starting."

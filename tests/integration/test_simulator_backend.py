@@ -173,12 +173,12 @@ def test_copying_files_takes_time_in_proportion_to_size_once(backend: SimulatorB
     assert took[2] < 0.05  # already on the machine
     again = SimulatorBackend({"machines": DEMO_MACHINES}, backend.state_dir)
     assert again.prepare_files("h100-1", large).message == "the model is already on h100-1"
-    assert again.check_files("h100-1", large).present
-    assert not again.check_files("h100-2", large).present
+    assert not again.files_marker("h100-2", large).exists()
     elsewhere = backend.prepare_files("h100-2", small)
     assert elsewhere.present and "copied" in elsewhere.message
     other_commit = model_files("acme/small", GIB, revision="def456")
-    assert not backend.check_files("h100-1", other_commit).present
+    assert not backend.files_marker("h100-1", other_commit).exists()
+    assert "copied" in backend.prepare_files("h100-1", other_commit).message
 
 
 def test_a_copy_of_files_reports_its_bytes_as_they_arrive(backend: SimulatorBackend) -> None:

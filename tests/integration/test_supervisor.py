@@ -408,11 +408,11 @@ def test_prepare_files_lists_what_is_missing(tmp_path: Path) -> None:
     seen: list[int] = []
     result = backend.prepare_files("this-machine", files, seen.append)
     assert result.present and result.missing == () and seen == [10]
-    absent = backend.check_files("this-machine", replace(files, source_path=str(tmp_path / "no")))
+    absent = backend.files_here("this-machine", replace(files, source_path=str(tmp_path / "no")))
     assert not absent.present and "does not exist" in absent.message
-    not_kept = backend.check_files("this-machine", replace(files, source_path=""))
+    not_kept = backend.files_here("this-machine", replace(files, source_path=""))
     assert not not_kept.present and "keeps no copy" in not_kept.message
-    assert "is not this machine" in backend.check_files("elsewhere", files).message
+    assert "is not this machine" in backend.files_here("elsewhere", files).message
 
 
 # ---------------------------------------------------------------- reading vLLM's lines

@@ -224,19 +224,6 @@ class KubernetesBackend:
     def fill_scope(self, settings: ManifestSettings, machine: str) -> str | None:
         return None if settings.model_cache_claim else machine
 
-    def check_files(self, machine: str, files: ModelFiles) -> FilesResult:
-        settings = self.storage()
-        name = fill_job_name(files, self.fill_scope(settings, machine))
-        job = self.read(self.jobs, name)
-        if job is None:
-            return FilesResult(False, files.names, f"the model cache on {machine} is not filled")
-        outcome, reason = job_outcome(job)
-        if outcome == "succeeded":
-            return FilesResult(True, message=f"job {name} filled the model cache")
-        if outcome == "failed":
-            return FilesResult(False, files.names, f"job {name} failed: {reason}")
-        return FilesResult(False, files.names, f"job {name} is filling the model cache")
-
     def prepare_files(
         self, machine: str, files: ModelFiles, progress: Progress | None = None
     ) -> FilesResult:
