@@ -106,3 +106,32 @@ def test_a_20000_line_log_stays_light_and_filters_in_the_database(page, console_
         page.click("#download-logs")
     text = open(download.value.path()).read()
     assert text.count("\n") == 2000 and "line 19990 of the engine log" in text
+
+
+def test_sync_shows_the_files_arriving_on_each_machine_without_a_reload(
+    page, console_url, operator, tmp_path
+):
+    from tests.integration.test_model_files import host as host_with_files
+    from tests.integration.test_model_files import three_machines
+
+    user, team = operator
+    log_in(page, console_url, "bob")
+    cluster = three_machines("sync")
+    # About four seconds per copy of the files, so that the progress can be seen.
+    with console_processes(tmp_path, BERTH_SIMULATOR_COPY_BYTES_PER_S=str(2**28)):
+        deployment = host_with_files(user, team, cluster, "synced")
+        wait_for(
+            lambda: Deployment.objects.get(pk=deployment.pk).state == "DEPLOYED",
+            90,
+            what="DEPLOYED",
+        )
+        page.goto(f"{console_url}/deployments/{deployment.pk}/")
+        summary = page.locator("#files-on")
+        assert summary.inner_text() == "Model files: On 1 of 3 machines."
+        page.locator("#sync-files").click()
+        done = "Syncing the model files to 2 machines; 1 not ready, left out."
+        page.locator(".message-success", has_text=done).wait_for()
+        page.locator("#deployment-files progress").first.wait_for(timeout=20_000)
+        page.locator("#files-on", has_text="On 2 of 3 machines.").wait_for(timeout=30_000)
+        assert page.locator("#deployment-files progress").count() == 0
+        assert "Not ready" in page.locator("#deployment-files").inner_text()
