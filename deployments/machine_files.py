@@ -10,7 +10,6 @@ pushed to the pages of the deployments that use these files on that cluster.
 
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -28,7 +27,6 @@ from console import live
 from deployments import lifecycle
 from deployments.models import Deployment
 
-log = logging.getLogger(__name__)
 F = MachineFilesState
 
 PROGRESS_EVERY_S = 0.5
@@ -66,7 +64,7 @@ def row_for(machine: Machine, server_copy: ServerModel) -> MachineFiles:
         machine=machine,
         variant_id=server_copy.variant_id,
         revision=server_copy.revision,
-        defaults={"size_bytes": server_copy.size_bytes, "state": F.MISSING},
+        defaults={"size_bytes": model_files(server_copy).size_bytes, "state": F.MISSING},
     )
     return row
 

@@ -234,3 +234,22 @@ def test_files_missing_at_launch_ask_for_a_new_download_and_it_goes_on_after(tmp
     deployment.refresh_from_db()
     assert deployment.state == DeploymentState.REQUESTED
     assert deployment.last_message == "The model's files are on this server now; starting."
+
+
+def test_a_sync_its_worker_left_behind_is_queued_again_once(red):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from tests import factories
+
+    deployment = factories.make_deployment("left-behind", red)
+    kept = kept_on_this_server(deployment.variant)
+    row = machine_files.row_for(deployment.cluster.machines.get(), kept)
+    long_ago = timezone.now() - machine_files.STALLED_AFTER - timedelta(seconds=5)
+    MachineFiles.objects.filter(pk=row.pk).update(state="copying", updated_at=long_ago)
+    assert machine_files.redispatch_stalled() == 1
+    assert MachineFiles.objects.get(pk=row.pk).state == "queued"
+    assert machine_files.redispatch_stalled() == 0  # fresh again: not sent twice
+    assert machine_files.claim(row.pk) is not None
+    assert machine_files.claim(row.pk) is None  # a second delivery of the task copies nothing
