@@ -1,6 +1,7 @@
 from django.contrib import admin
+from django.http import HttpRequest
 
-from catalog.models import Model, ServerModel, Variant
+from catalog.models import MachineFiles, Model, ServerModel, Variant
 
 
 class VariantInline(admin.TabularInline):
@@ -49,3 +50,19 @@ class ServerModelAdmin(admin.ModelAdmin):
         "started_at",
         "finished_at",
     ]
+
+
+@admin.register(MachineFiles)
+class MachineFilesAdmin(admin.ModelAdmin):
+    """What Sync and the copies' starts found on each machine: read only (Sync is on the
+    deployment's page, and it alone changes these rows)."""
+
+    list_display = ["__str__", "state", "revision", "size_bytes", "checked_at", "updated_at"]
+    list_filter = ["state", "machine__cluster"]
+    search_fields = ["variant__model__name", "machine__name", "revision"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
