@@ -149,10 +149,12 @@ def prepare(copy_id: int) -> None:
         missing_files(copy, (), words)
         return
     try:
-        result = machine_files.copy_for_launch(copy.machine, server_copy)
+        result = machine_files.copy_for_launch(copy, server_copy)
     except BackendError as error:
         lifecycle.fail_copy(copy, Failure(ErrorCode.RUNTIME_ERROR, False, str(error)))
         return
+    if result is None:
+        return  # another worker is copying these files to this machine; it sends the copy on
     if result.present:
         launch(copy_id)
         return

@@ -16,7 +16,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Count, Q
+from django.db.models import Count, Exists, OuterRef, Q
 from django.utils import timezone
 
 from catalog.models import MachineFiles, MachineFilesState, ServerModel
@@ -25,11 +25,14 @@ from clusters.models import Machine
 from clusters.registry import backend_for
 from console import live
 from deployments import lifecycle
-from deployments.models import Deployment
+from deployments.choices import CopyState
+from deployments.models import Copy, Deployment
 
 F = MachineFilesState
 
 PROGRESS_EVERY_S = 0.5
+# A copy of files saves its progress at least this often (the Kubernetes fill: every poll).
+ALIVE_WITHIN = timedelta(seconds=60)
 # A row copying without a progress save for this long lost its worker: it is queued again.
 STALLED_AFTER = timedelta(minutes=2)
 
@@ -153,19 +156,58 @@ def run_sync(row_id: int) -> None:
         finish(row, FilesResult(False, message="this server no longer keeps the model files"))
         return
     changed(row)
-    bring(row, server_copy)
+    if bring(row, server_copy).present:
+        send_on_waiting(row)
 
 
 # --- copying ---------------------------------------------------------------------------------
 
 
-def copy_for_launch(machine: Machine, server_copy: ServerModel) -> FilesResult:
-    """The files a copy needs on its machine, before it starts (the row shows the copy)."""
-    row = row_for(machine, server_copy)
-    MachineFiles.objects.filter(pk=row.pk).update(state=F.COPYING, updated_at=timezone.now())
+def copy_for_launch(copy: Copy, server_copy: ServerModel) -> FilesResult | None:
+    """The files a copy needs on its machine, before it starts (the row shows the copy).
+
+    None when another worker is copying these files to this machine right now: a large model
+    takes minutes, and a second worker waiting on the same copy would only be a worker less.
+    The worker that copies sends the waiting copies on when it is done (the reconciler does,
+    should that worker die).
+    """
+    row = row_for(copy.machine, server_copy)
+    now = timezone.now()
+    if not (
+        MachineFiles.objects.filter(pk=row.pk)
+        .exclude(state=F.COPYING, updated_at__gte=now - ALIVE_WITHIN)
+        .update(state=F.COPYING, updated_at=now)
+    ):
+        return None
     row.refresh_from_db()
     changed(row)
-    return bring(row, server_copy, raise_errors=True)
+    result = bring(row, server_copy, raise_errors=True)
+    if result.present:
+        send_on_waiting(row, but=copy.pk)
+    return result
+
+
+def send_on_waiting(row: MachineFiles, but: int | None = None) -> None:
+    """Copies placed on the row's machine that waited for these files go on to start."""
+    waiting = Copy.objects.filter(
+        state=CopyState.COPYING_FILES,
+        machine_id=row.machine_id,
+        deployment__variant_id=row.variant_id,
+    ).exclude(pk=but)
+    for copy_id in waiting.values_list("pk", flat=True):
+        lifecycle.enqueue("prepare_copy", copy_id)
+
+
+def being_copied() -> Exists:
+    """For a Copy queryset: its machine is receiving its model's files right now."""
+    return Exists(
+        MachineFiles.objects.filter(
+            machine=OuterRef("machine"),
+            variant=OuterRef("deployment__variant"),
+            state=F.COPYING,
+            updated_at__gte=timezone.now() - ALIVE_WITHIN,
+        )
+    )
 
 
 def bring(row: MachineFiles, server_copy: ServerModel, raise_errors: bool = False) -> FilesResult:

@@ -44,7 +44,8 @@ def converge(deployment_id: int) -> None:
 def redispatch_abandoned(deployment: Deployment) -> None:
     """Copies whose worker died mid-step, or that waited for a neighbour to start, go again."""
     quiet_since = timezone.now() - ABANDONED_AFTER
-    copying = deployment.copies.filter(state=C.COPYING_FILES)
+    # A copy whose files are still arriving is not abandoned, however long the copy takes.
+    copying = deployment.copies.filter(state=C.COPYING_FILES).exclude(machine_files.being_copied())
     for copy in copying.filter(Q(state_changed_at__lt=quiet_since) | ~Q(pending_reason="")):
         lifecycle.enqueue("prepare_copy", copy.pk)
     for copy in deployment.copies.filter(state=C.STOPPING, state_changed_at__lt=quiet_since):

@@ -253,3 +253,33 @@ def test_a_sync_its_worker_left_behind_is_queued_again_once(red):
     assert machine_files.redispatch_stalled() == 0  # fresh again: not sent twice
     assert machine_files.claim(row.pk) is not None
     assert machine_files.claim(row.pk) is None  # a second delivery of the task copies nothing
+
+
+def test_a_copy_whose_files_are_arriving_waits_for_them_and_is_not_sent_twice(red):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from deployments import transitions
+    from deployments.choices import CopyState
+    from deployments.models import Copy
+    from tests import factories
+
+    deployment = factories.make_deployment("arriving", red)
+    kept = kept_on_this_server(deployment.variant)
+    machine = deployment.cluster.machines.get()
+    copy = factories.make_copy(deployment)
+    Copy.objects.filter(pk=copy.pk).update(machine=machine)
+    transitions.move_copy(copy.pk, CopyState.COPYING_FILES, message="Placed.")
+    row = machine_files.row_for(machine, kept)
+    MachineFiles.objects.filter(pk=row.pk).update(state="copying", updated_at=timezone.now())
+    copy = Copy.objects.select_related("machine").get(pk=copy.pk)
+
+    # Another worker is copying the files there: this one does not wait on the same copy ...
+    assert machine_files.copy_for_launch(copy, kept) is None
+    waiting = Copy.objects.filter(state=CopyState.COPYING_FILES)
+    # ... and the reconciler does not count the copy as abandoned while the bytes arrive.
+    assert not waiting.exclude(machine_files.being_copied()).exists()
+    quiet = timezone.now() - machine_files.ALIVE_WITHIN - timedelta(seconds=1)
+    MachineFiles.objects.filter(pk=row.pk).update(updated_at=quiet)
+    assert waiting.exclude(machine_files.being_copied()).get() == copy  # that worker died
