@@ -39,12 +39,22 @@ class LiveConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         self.group = group
         await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()
+        await self.send_catch_up()
         if group.endswith("-logs"):
             # The page says the last seq it has; it gets everything after, once, in order.
             query = self.scope.get("query_string", b"").decode()
             after = query.removeprefix("after=") if query.startswith("after=") else "0"
             self.last_seq = int(after) if after.isdigit() else 0
             await self.send_new_lines()
+
+    async def send_catch_up(self) -> None:
+        from console import live_render
+
+        html = await database_sync_to_async(live_render.catch_up)(
+            self.scope["user"], self.group, csrf_token_from(self.scope)
+        )
+        if html:
+            await self.send(text_data=html)
 
     async def disconnect(self, code: int) -> None:
         if self.group:

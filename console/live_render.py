@@ -116,6 +116,18 @@ def variant_files(model_id: int, server_model_id: int) -> str:
     return render_to_string("catalog/_variant_files.html", context)
 
 
+def catch_up(user: Any, group: str, csrf_token: str) -> str:
+    """What a socket that just (re)connected sends at once: the page may have been rendered
+    before a change whose broadcast went out while the socket was still connecting."""
+    kind, _, ident = group.partition("-")
+    if kind != "deployment" or not ident.isdigit():
+        return ""  # logs resume after their last seq; list pages are small to reload
+    deployment_id = int(ident)
+    return deployment_parts(user, deployment_id, csrf_token) + machine_files(
+        user, deployment_id, csrf_token
+    )
+
+
 def render(user: Any, group: str, message: dict[str, Any], csrf_token: str) -> str:
     kind, ident = message["kind"], message["id"]
     if kind == "server_model" and group == "models":

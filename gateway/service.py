@@ -158,7 +158,11 @@ class Gateway:
             return
         while True:
             try:
-                channel = await layer.new_channel("gateway.")
+                # The layer's default prefix, as the page consumers' channels have: channels_redis
+                # pops every local channel of a process from one list per prefix under one lock,
+                # so a channel with its own prefix would hold that lock while the consumers'
+                # messages wait in the other list (the pages would stop updating).
+                channel = await layer.new_channel()
                 await layer.group_add("deployments", channel)
                 while True:
                     await layer.receive(channel)

@@ -8,6 +8,7 @@ from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.db import transaction
 
+from console import live
 from console.asgi import websocket_urls
 from deployments.choices import DeploymentState, LogStream
 from deployments.logs import write_lines
@@ -30,6 +31,12 @@ def connect(user, group: str, query: str = "") -> WebsocketCommunicator:
     return communicator
 
 
+async def joined(communicator: WebsocketCommunicator) -> str:
+    """Connect; a deployment's socket first gets the page's live parts as they are now."""
+    assert (await communicator.connect())[0]
+    return await communicator.receive_from(5)
+
+
 async def refused(user, group: str) -> bool:
     communicator = connect(user, group)
     connected, code = await communicator.connect()
@@ -50,7 +57,7 @@ async def test_anonymous_users_and_outsiders_are_refused(red):
 async def test_a_state_change_sends_one_update_after_commit_and_none_on_rollback(bob, red):
     deployment = await sync_to_async(factories.make_deployment)("live-two", red)
     listening = connect(bob, f"deployment-{deployment.pk}")
-    assert (await listening.connect())[0]
+    assert 'id="deployment-health"' in await joined(listening)
 
     def roll_back() -> None:
         with pytest.raises(RuntimeError), transaction.atomic():
@@ -72,7 +79,7 @@ async def test_a_viewer_gets_no_stop_button_where_an_operator_does(bob, carol, r
         connect(bob, f"deployment-{deployment.pk}"),
         connect(carol, f"deployment-{deployment.pk}"),
     )
-    assert (await operator.connect())[0] and (await viewer.connect())[0]
+    await joined(operator), await joined(viewer)
     await sync_to_async(move_deployment)(deployment.pk, DeploymentState.DEPLOYING, message="placed")
     for_operator, for_viewer = await operator.receive_from(5), await viewer.receive_from(5)
     assert ">Stop</button>" in for_operator and 'name="csrfmiddlewaretoken"' in for_operator
@@ -209,7 +216,7 @@ async def test_files_reaching_a_machine_update_the_panel_for_each_user(bob, caro
         connect(bob, f"deployment-{deployment.pk}"),
         connect(carol, f"deployment-{deployment.pk}"),
     )
-    assert (await operator.connect())[0] and (await viewer.connect())[0]
+    await joined(operator), await joined(viewer)
     await sync_to_async(files_arrived)(deployment.pk)
     for_operator, for_viewer = await operator.receive_from(5), await viewer.receive_from(5)
     for html in (for_operator, for_viewer):
@@ -218,3 +225,39 @@ async def test_files_reaching_a_machine_update_the_panel_for_each_user(bob, caro
     assert 'id="sync-files"' in for_operator and 'id="sync-files"' not in for_viewer
     await operator.disconnect()
     await viewer.disconnect()
+
+
+async def test_a_socket_that_connects_late_first_gets_what_changed_meanwhile(bob, red):
+    """The page is rendered, then its socket connects: a change in between is not lost."""
+    deployment = await sync_to_async(factories.make_deployment)("live-late", red)
+    await sync_to_async(move_deployment)(deployment.pk, DeploymentState.DEPLOYING, message="placed")
+    late = connect(bob, f"deployment-{deployment.pk}")
+    caught_up = await joined(late)
+    assert 'data-state="DEPLOYING"' in caught_up and 'hx-swap-oob="true"' in caught_up
+    assert 'id="deployment-copies"' in caught_up and 'id="deployment-files"' in caught_up
+    assert await late.receive_nothing(timeout=0.5)
+    await late.disconnect()
+
+
+async def test_pages_keep_updating_while_the_gateway_follows_broadcasts_in_the_same_process(
+    bob, red
+):
+    """The console's process also runs the gateway's broadcast follower (the chat page uses
+    it); its receive on the shared layer must not starve the page consumers'."""
+    import asyncio
+
+    from gateway.service import Gateway
+
+    deployment = await sync_to_async(factories.make_deployment)("live-gateway", red)
+    gateway = Gateway.__new__(Gateway)  # only the follower runs; it needs no HTTP client
+    gateway.directory = type("Directory", (), {"refresh_soon": lambda self: None})()
+    follower = asyncio.create_task(gateway.follow_broadcasts())
+    await asyncio.sleep(0.5)  # the follower now waits on the layer
+    page = connect(bob, f"deployment-{deployment.pk}")
+    await joined(page)
+    # Only the page's group hears of this one (as of a copy's change): nothing wakes the follower.
+    await sync_to_async(live.broadcast)(f"deployment-{deployment.pk}", "copy", 0)
+    html = await page.receive_from(5)
+    assert 'id="deployment-copies"' in html
+    follower.cancel()
+    await page.disconnect()
