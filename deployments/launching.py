@@ -127,6 +127,7 @@ def spec_for(copy: Copy, port: int = 0, api_key: str = "") -> CopySpec:
         memory_share=copy.gpu_memory_utilization or 0.0,
         reserved_bytes=copy.allocated_bytes,
         port=port,
+        token_owner=deployment.team.name,
     )
 
 

@@ -24,6 +24,7 @@ from clusters.backends.base import BackendError, FilesResult, ModelFiles
 from clusters.models import Machine
 from clusters.registry import backend_for
 from console import live
+from console.models import Team
 from deployments import lifecycle
 from deployments.choices import CopyState
 from deployments.models import Copy, Deployment
@@ -41,10 +42,14 @@ class SyncRefused(ValueError):
     """Sync cannot be done now; the message says why and what to do."""
 
 
-def model_files(server_copy: ServerModel) -> ModelFiles:
-    """The files a backend needs on a machine, as this server's download recorded them."""
+def model_files(server_copy: ServerModel, team: Team | None = None) -> ModelFiles:
+    """The files a backend needs on a machine, as this server's download recorded them; the
+    team's Hugging Face token goes with them (a cluster that fetches them itself needs it for
+    a gated model)."""
     variant = server_copy.variant
     return ModelFiles(
+        token_owner=team.name if team else "",
+        token=team.hf_token() if team else "",
         repo_id=variant.repo_id,
         revision=server_copy.revision,
         variant=variant.name,
@@ -89,7 +94,7 @@ def request_sync(deployment: Deployment) -> str:
     if not ready:
         raise SyncRefused(f"no machine of {deployment.cluster.name} is ready to receive files")
     with transaction.atomic():
-        queued = [queue(row_for(machine, server_copy)) for machine in ready]
+        queued = [queue(row_for(machine, server_copy), deployment.team_id) for machine in ready]
     skipped = len(machines) - len(ready)
     words = f"Syncing the model files to {sum(queued)} machine{'s' if sum(queued) != 1 else ''}"
     if len(ready) - sum(queued):
@@ -99,7 +104,7 @@ def request_sync(deployment: Deployment) -> str:
     return words + "."
 
 
-def queue(row: MachineFiles) -> bool:
+def queue(row: MachineFiles, team_id: int) -> bool:
     """Queue the row's copy unless one is under way; True when queued."""
     busy = Q(state=F.COPYING, updated_at__gte=timezone.now() - STALLED_AFTER) | Q(state=F.QUEUED)
     taken = (
@@ -108,15 +113,16 @@ def queue(row: MachineFiles) -> bool:
         .update(state=F.QUEUED, progress_bytes=0, message="", updated_at=timezone.now())
     )
     if taken:
-        enqueue(row.pk)
+        enqueue(row.pk, team_id)
         changed(row)
     return bool(taken)
 
 
-def enqueue(row_id: int) -> None:
+def enqueue(row_id: int, team_id: int | None = None) -> None:
+    """The task carries the team that asked (whose token a fetch may use), as an id."""
     from deployments import tasks
 
-    transaction.on_commit(lambda: tasks.sync_machine_files.delay(row_id))
+    transaction.on_commit(lambda: tasks.sync_machine_files.delay(row_id, team_id))
 
 
 def redispatch_stalled() -> int:
@@ -144,8 +150,9 @@ def claim(row_id: int) -> MachineFiles | None:
     return MachineFiles.objects.select_related("machine__cluster", "variant").get(pk=row_id)
 
 
-def run_sync(row_id: int) -> None:
-    """The Sync task's body: claim the row, copy (or find) the files, end present or not."""
+def run_sync(row_id: int, team_id: int | None = None) -> None:
+    """The Sync task's body: claim the row, copy (or find) the files, end present or not.
+    The token is the asking team's (or, for a sync a dead worker left, the download's)."""
     row = claim(row_id)
     if row is None:
         return
@@ -156,7 +163,8 @@ def run_sync(row_id: int) -> None:
         finish(row, FilesResult(False, message="this server no longer keeps the model files"))
         return
     changed(row)
-    if bring(row, server_copy).present:
+    team = Team.objects.filter(pk=team_id).first() or server_copy.team
+    if bring(row, model_files(server_copy, team)).present:
         send_on_waiting(row)
 
 
@@ -181,7 +189,7 @@ def copy_for_launch(copy: Copy, server_copy: ServerModel) -> FilesResult | None:
         return None
     row.refresh_from_db()
     changed(row)
-    result = bring(row, server_copy, raise_errors=True)
+    result = bring(row, model_files(server_copy, copy.deployment.team), raise_errors=True)
     if result.present:
         send_on_waiting(row, but=copy.pk)
     return result
@@ -210,12 +218,12 @@ def being_copied() -> Exists:
     )
 
 
-def bring(row: MachineFiles, server_copy: ServerModel, raise_errors: bool = False) -> FilesResult:
+def bring(row: MachineFiles, files: ModelFiles, raise_errors: bool = False) -> FilesResult:
     """Ask the backend for the files on the row's machine and record what it said."""
     backend = backend_for(row.machine.cluster)
     progress = ProgressSaver(row)
     try:
-        result = backend.prepare_files(row.machine.name, model_files(server_copy), progress)
+        result = backend.prepare_files(row.machine.name, files, progress)
     except BackendError as error:
         finish(row, FilesResult(False, message=str(error)), failed=True)
         if raise_errors:

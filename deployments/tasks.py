@@ -23,8 +23,8 @@ def prepare_copy(copy_id: int) -> None:
 
 
 @shared_task(acks_late=True)
-def sync_machine_files(machine_files_id: int) -> None:
-    machine_files.run_sync(machine_files_id)
+def sync_machine_files(machine_files_id: int, team_id: int | None = None) -> None:
+    machine_files.run_sync(machine_files_id, team_id)
 
 
 @shared_task(acks_late=True)

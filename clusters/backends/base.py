@@ -88,6 +88,7 @@ class CopySpec:
     memory_share: float = 0.0  # --gpu-memory-utilization given to the engine
     reserved_bytes: int = 0
     port: int = 0
+    token_owner: str = ""  # the team whose Hugging Face token the copy may use (its name only)
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,8 @@ class ModelFiles:
     source_path: str = ""  # the folder this server keeps them in ("" when it keeps none)
     size_bytes: int = 0
     files: tuple[tuple[str, int], ...] = ()  # (path in the repository, bytes)
+    token_owner: str = ""  # the team whose Hugging Face token fetches them (gated models)
+    token: str = field(default="", repr=False, compare=False)  # that token: never shown or logged
 
     @property
     def names(self) -> tuple[str, ...]:

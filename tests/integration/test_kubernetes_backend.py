@@ -23,6 +23,7 @@ import re
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import kmock
@@ -841,9 +842,10 @@ def test_an_unreachable_api_server_is_explained_within_seconds():
 
 RIGHTS = (
     "Berth needs get, list and watch on nodes and pods in all namespaces, and in namespace "
-    '"berth" also pods/log, pods/proxy, services/proxy, and create, get, list and delete on '
-    "deployments and services. Ask the cluster's admin for a ClusterRole and bindings with these "
-    "rights, or use a kubeconfig of a user that has them."
+    '"berth" also pods/log, pods/proxy, services/proxy, get on persistentvolumeclaims, create, '
+    "get, list and delete on deployments, services and jobs, and create, patch and delete on "
+    "secrets. Ask the cluster's admin for a ClusterRole and bindings with these rights, or use a "
+    "kubeconfig of a user that has them."
 )
 
 
@@ -1053,3 +1055,46 @@ def test_a_fill_that_never_ends_is_given_up_with_words(kube, cluster):
     with KubernetesBackend(text, NAMESPACE, IMAGE, fill_poll_s=0.05, fill_timeout_s=0.3) as slow:
         with pytest.raises(BackendError, match="has not filled the model cache on gpu-h100-a"):
             slow.prepare_files("gpu-h100-a", QWEN_FILES)
+
+
+def secret_token(core: client.CoreV1Api, name: str) -> str | None:
+    try:
+        found = raw(core.read_namespaced_secret(name, NAMESPACE, _preload_content=False))
+    except client.ApiException as error:
+        assert error.status == 404
+        return None
+    return found.get("stringData", {}).get("token")  # kmock keeps the body as it was sent
+
+
+def test_a_teams_token_reaches_its_fill_job_and_its_pods_only(quick, cluster, core, batch, apps):
+    files = replace(QWEN_FILES, token_owner="red", token="hf_red_secret_1")
+    finish_job(batch, fill_job_name(files, "gpu-h100-a"), {"succeeded": 1})
+    result = quick.prepare_files("gpu-h100-a", files)
+    assert result.present and "hf_red_secret_1" not in result.message
+    assert secret_token(core, "berth-hf-token-red") == "hf_red_secret_1"
+    (job,) = jobs(batch)
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    token_ref = {"name": "berth-hf-token-red", "key": "token", "optional": True}
+    assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": token_ref}} in container["env"]
+    assert "hf_red_secret_1" not in str(job)  # the Job names the Secret, never the token
+
+    quick.launch(copy_spec(token_owner="red"))
+    engine = raw(apps.read_namespaced_deployment("qwen-chat-0", NAMESPACE, _preload_content=False))
+    (engine_container,) = engine["spec"]["template"]["spec"]["containers"]
+    assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": token_ref}} in engine_container["env"]
+
+    # A new token replaces the old one; a team that removed its token has no Secret any more.
+    quick.prepare_files("gpu-h100-a", replace(files, token="hf_red_secret_2"))
+    assert secret_token(core, "berth-hf-token-red") == "hf_red_secret_2"
+    quick.prepare_files("gpu-h100-a", replace(files, token=""))
+    assert secret_token(core, "berth-hf-token-red") is None
+
+
+def test_a_secret_that_cannot_be_written_says_so_without_the_token(quick, cluster, kube):
+    said = 'secrets is forbidden: User "berth" cannot create resource "secrets"'
+    kube.script("create v1/secrets", forbidden(said))
+    files = replace(QWEN_FILES, token_owner="red", token="hf_red_secret_3")
+    with pytest.raises(BackendError) as refused:
+        quick.prepare_files("gpu-h100-a", files)
+    assert "write the Secret berth-hf-token-red" in str(refused.value)
+    assert "hf_red_secret_3" not in str(refused.value)

@@ -283,3 +283,16 @@ def test_a_copy_whose_files_are_arriving_waits_for_them_and_is_not_sent_twice(re
     quiet = timezone.now() - machine_files.ALIVE_WITHIN - timedelta(seconds=1)
     MachineFiles.objects.filter(pk=row.pk).update(updated_at=quiet)
     assert waiting.exclude(machine_files.being_copied()).get() == copy  # that worker died
+
+
+def test_the_files_carry_the_teams_token_by_name_and_never_show_it(red):
+    from tests import factories
+
+    red.set_hf_token("hf_red_token_for_gated")
+    red.save()
+    deployment = factories.make_deployment("gated-files", red)
+    kept = kept_on_this_server(deployment.variant)
+    files = machine_files.model_files(kept, red)
+    assert (files.token_owner, files.token) == ("red", "hf_red_token_for_gated")
+    assert "hf_red_token_for_gated" not in repr(files)
+    assert machine_files.model_files(kept).token == ""  # no team asked: no token goes along

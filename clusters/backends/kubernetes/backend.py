@@ -52,6 +52,7 @@ from clusters.backends.kubernetes.manifests import (
     ManifestSettings,
     build_deployment,
     build_service,
+    token_secret_name,
 )
 from clusters.backends.kubernetes.pods import PodTracker, copy_id_of, current_pod, observe_copy
 
@@ -217,9 +218,55 @@ class KubernetesBackend:
         modes = (found.spec and found.spec.access_modes) or []
         return claim if "ReadWriteMany" in modes else ""
 
-    def storage(self) -> ManifestSettings:
-        """The settings with the cache this namespace actually has: shared, or per node."""
-        return replace(self.settings, model_cache_claim=self.shared_cache_claim())
+    def storage(self, token_owner: str = "") -> ManifestSettings:
+        """The settings with the cache this namespace actually has (shared, or per node) and
+        the Secret of the team whose token the pods may use."""
+        return replace(
+            self.settings,
+            model_cache_claim=self.shared_cache_claim(),
+            hf_token_secret=token_secret_name(token_owner, self.settings),
+        )
+
+    def write_token_secret(self, owner: str, token: str) -> None:
+        """The team's Hugging Face token as its Secret in the namespace (gone when it has none)."""
+        if not owner or not self.settings.hf_token_secret:
+            return
+        name = token_secret_name(owner, self.settings)
+        try:
+            if not token:
+                self.core.delete_namespaced_secret(
+                    name, self.namespace, _request_timeout=self.timeout
+                )
+                return
+            body = {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "type": "Opaque",
+                "metadata": {
+                    "name": name,
+                    "namespace": self.namespace,
+                    "labels": {MANAGED_BY: BERTH},
+                },
+                "stringData": {self.settings.hf_token_key: token},
+            }
+            try:
+                self.core.create_namespaced_secret(
+                    self.namespace, body, _request_timeout=self.timeout
+                )
+            except client.ApiException as error:
+                if error.status != 409:
+                    raise
+                changed = {"stringData": body["stringData"]}  # the API server merges it into data
+                self.core.patch_namespaced_secret(
+                    name, self.namespace, changed, _request_timeout=self.timeout
+                )
+        except client.ApiException as error:
+            if error.status == 404 and not token:
+                return
+            words = self.explain(error, f"write the Secret {name}")
+            raise BackendError(words.replace(token, "[the token]") if token else words) from None
+        except urllib3.exceptions.HTTPError as error:
+            raise self.failure(error, f"write the Secret {name}") from None
 
     def fill_scope(self, settings: ManifestSettings, machine: str) -> str | None:
         return None if settings.model_cache_claim else machine
@@ -232,7 +279,8 @@ class KubernetesBackend:
         A Job that failed before is replaced (its partial files stay in the cache and the new
         one continues them); one that succeeded is the record that the files are there.
         """
-        settings = self.storage()
+        self.write_token_secret(files.token_owner, files.token)
+        settings = self.storage(files.token_owner)
         scope = self.fill_scope(settings, machine)
         name = fill_job_name(files, scope)
         job = self.read(self.jobs, name)
@@ -285,7 +333,8 @@ class KubernetesBackend:
     def launch(self, spec: CopySpec) -> CopyHandle:
         """Create the copy's Deployment and Service; what already exists for it is kept."""
         node = self.node_facts(spec.machine)
-        deployment = build_deployment(spec, node, self.namespace, self.storage())
+        settings = self.storage(spec.token_owner)
+        deployment = build_deployment(spec, node, self.namespace, settings)
         service = build_service(spec, self.namespace)
         self.ensure(self.deployments, deployment, spec.copy_id)
         self.ensure(self.services, service, spec.copy_id)

@@ -254,8 +254,9 @@ def describe_api_error(error: client.ApiException, doing: str, namespace: str) -
         return (
             f"The kubeconfig's user may not {doing} (403 Forbidden). Berth needs get, list and "
             f'watch on nodes and pods in all namespaces, and in namespace "{namespace}" also '
-            "pods/log, pods/proxy, services/proxy, and create, get, list and delete on "
-            "deployments and services. Ask the cluster's admin for a ClusterRole and "
+            "pods/log, pods/proxy, services/proxy, get on persistentvolumeclaims, create, get, "
+            "list and delete on deployments, services and jobs, and create, patch and delete "
+            "on secrets. Ask the cluster's admin for a ClusterRole and "
             f"bindings with these rights, or use a kubeconfig of a user that has them.{said}"
         )
     return (

@@ -176,6 +176,11 @@ def container_env(spec: CopySpec, settings: ManifestSettings) -> list[dict[str, 
     return env
 
 
+def token_secret_name(owner: str, settings: ManifestSettings) -> str:
+    """Each team's Hugging Face token in its own Secret: one team's pods never get another's."""
+    return f"{settings.hf_token_secret}-{owner}" if owner else settings.hf_token_secret
+
+
 def hf_token_env(settings: ManifestSettings) -> list[dict[str, Any]]:
     """HF_TOKEN from the namespace's Secret, when it has one (gated models need it)."""
     if not settings.hf_token_secret:
