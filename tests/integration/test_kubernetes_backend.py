@@ -68,7 +68,8 @@ from clusters.backends.base import (
     Observation,
 )
 from clusters.backends.kubernetes import ConnectionCheck, KubernetesBackend
-from clusters.backends.kubernetes.filljob import fill_job_name
+from clusters.backends.kubernetes.filljob import build_fill_job, bytes_reported, fill_job_name
+from clusters.backends.kubernetes.manifests import ManifestSettings
 
 POD = "qwen-chat-0-7d4b9c8f6-x2k8p"
 QWEN_ARGV = (
@@ -1098,3 +1099,45 @@ def test_a_secret_that_cannot_be_written_says_so_without_the_token(quick, cluste
         quick.prepare_files("gpu-h100-a", files)
     assert "write the Secret berth-hf-token-red" in str(refused.value)
     assert "hf_red_secret_3" not in str(refused.value)
+
+
+def test_the_fill_reports_the_bytes_its_pod_printed(quick, cluster, core, batch, kube):
+    name = fill_job_name(QWEN_FILES, "gpu-h100-a")
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "fill-pod-1", "namespace": NAMESPACE, "labels": {"job-name": name}},
+        "spec": {"containers": [{"name": "fill", "image": IMAGE}]},
+    }
+    core.create_namespaced_pod(NAMESPACE, pod)
+    printed = b"berth-bytes 0\nberth-bytes 524288000\n"
+    kube.script(("get", kmock.subresource("log"), kmock.name("fill-pod-1")), printed)
+    finish_job(batch, name, {"succeeded": 1}, after_s=0.5)
+    seen: list[int] = []
+    assert quick.prepare_files("gpu-h100-a", QWEN_FILES, seen.append).present
+    assert 524_288_000 in seen and seen[-1] == QWEN_FILES.size_bytes
+
+
+def test_the_fill_jobs_program_fetches_exactly_the_files_at_the_commit(tmp_path):
+    """The Job's own command line, run here against the emulated hub (as its pod would run it
+    against Hugging Face): the chosen files at the pinned commit land in the cache."""
+    import subprocess
+    import sys
+
+    from tests.hub import running_hub, safetensors_repo
+
+    with running_hub() as hub:
+        repo = hub.add(safetensors_repo("acme/filled", megabytes=2))
+        sha = repo.refs["main"]
+        files = ModelFiles(
+            "acme/filled", sha, "bf16", files=(("config.json", 1), ("model.safetensors", 1))
+        )
+        job = build_fill_job(files, "gpu-h100-a", NAMESPACE, ManifestSettings(image=IMAGE))
+        (container,) = job["spec"]["template"]["spec"]["containers"]
+        argv = [sys.executable, *container["command"][1:], *container["args"]]
+        env = {"HF_HOME": str(tmp_path / "hf"), "HF_ENDPOINT": hub.url, "PATH": "/usr/bin:/bin"}
+        ran = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    assert bytes_reported(ran.stdout) is not None and "model cache filled" in ran.stdout
+    snapshot = tmp_path / "hf" / "hub" / "models--acme--filled" / "snapshots" / sha
+    assert sorted(p.name for p in snapshot.iterdir()) == ["config.json", "model.safetensors"]

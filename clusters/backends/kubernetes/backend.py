@@ -33,7 +33,12 @@ from clusters.backends.base import (
 )
 from clusters.backends.kubernetes.discovery import BERTH, MANAGED_BY, discovery_from, is_berth_pod
 from clusters.backends.kubernetes.engine_output import log_record, log_records, metric_samples
-from clusters.backends.kubernetes.filljob import build_fill_job, fill_job_name, job_outcome
+from clusters.backends.kubernetes.filljob import (
+    build_fill_job,
+    bytes_reported,
+    fill_job_name,
+    job_outcome,
+)
 from clusters.backends.kubernetes.kubeconfig import (
     KubeconfigError,
     Redactor,
@@ -63,6 +68,7 @@ API_FAILURES = (client.ApiException, urllib3.exceptions.HTTPError)
 # A quiet stream ends in one of these; the loop resumes from where it was.
 STREAM_ENDED = (urllib3.exceptions.ReadTimeoutError, urllib3.exceptions.ProtocolError)
 LOG_TAIL_LINES = 2000
+LONG_AGO = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class WatchExpired(Exception):
@@ -291,6 +297,23 @@ class KubernetesBackend:
             self.create_job(build_fill_job(files, scope, self.namespace, settings))
         return self.wait_for_fill(name, machine, files, progress)
 
+    def fill_bytes(self, job_name: str) -> int | None:
+        """How many bytes the Job's pod reported so far (its last log lines), if it said."""
+        try:
+            pods = self.core.list_namespaced_pod(
+                self.namespace, label_selector=f"job-name={job_name}", _request_timeout=self.timeout
+            ).items
+            mine = [p for p in pods if (p.metadata.labels or {}).get("job-name") == job_name]
+            if not mine:
+                return None
+            newest = max(mine, key=lambda pod: pod.metadata.creation_timestamp or LONG_AGO)
+            text = self.core.read_namespaced_pod_log(
+                newest.metadata.name, self.namespace, tail_lines=5, _request_timeout=self.timeout
+            )
+        except API_FAILURES:
+            return None  # the progress is an addition: the Job's status says how it ends
+        return bytes_reported(text if isinstance(text, str) else "")
+
     def create_job(self, body: dict[str, Any]) -> None:
         try:
             self.batch.create_namespaced_job(self.namespace, body, _request_timeout=self.timeout)
@@ -325,7 +348,7 @@ class KubernetesBackend:
                     f"describe job/{name}"
                 )
             if progress is not None:
-                progress(0)  # the bytes are not known here; this says the wait is alive
+                progress(self.fill_bytes(name) or 0)  # 0 when unknown: the wait is still alive
             time.sleep(self.fill_poll_s)
 
     # --- launch and stop -----------------------------------------------------------------------

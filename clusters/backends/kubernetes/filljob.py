@@ -27,10 +27,26 @@ from clusters.backends.kubernetes.manifests import (
 
 FILL_CONTAINER = "fill"
 FILES_LABEL = "berth.io/model-files"
+# Every few seconds the program prints the bytes in the repository's blob folder (finished
+# and partial files), which the backend reads from the pod's log as the fill's progress.
+BYTES_MARK = "berth-bytes"
 FILL_PROGRAM = """\
-import sys
+import os, sys, threading, time
 from huggingface_hub import snapshot_download
 repo, revision, *names = sys.argv[1:]
+home = os.environ.get("HF_HOME", os.path.expanduser("~/.cache/huggingface"))
+blobs = os.path.join(home, "hub", "models--" + repo.replace("/", "--"), "blobs")
+def report():
+    while True:
+        total = 0
+        for entry in os.scandir(blobs) if os.path.isdir(blobs) else ():
+            try:
+                total += entry.stat().st_size
+            except OSError:
+                pass
+        print("berth-bytes", total, flush=True)
+        time.sleep(5)
+threading.Thread(target=report, daemon=True).start()
 path = snapshot_download(repo, revision=revision or None, allow_patterns=names or None)
 print("berth: model cache filled at", path, flush=True)
 """
@@ -104,3 +120,12 @@ def job_outcome(job: Any) -> tuple[JobOutcome, str]:
             reason = condition.reason or "Failed"
             return "failed", f"{reason}: {condition.message}" if condition.message else reason
     return "running", ""
+
+
+def bytes_reported(log_text: str) -> int | None:
+    """The last byte count the fill program printed, if any."""
+    for line in reversed(log_text.splitlines()):
+        mark, _, count = line.strip().partition(" ")
+        if mark == BYTES_MARK and count.isdigit():
+            return int(count)
+    return None
