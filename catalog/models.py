@@ -104,6 +104,13 @@ class Variant(models.Model):
         return f"{self.model.repo_id} {self.name}"
 
 
+def percent_of(done: int, total: int) -> int:
+    """How far a copy of files got, for a progress bar (0 while the size is unknown)."""
+    if not total:
+        return 0
+    return min(100, round(100 * done / total))
+
+
 class ServerModelState(models.TextChoices):
     QUEUED = "queued", "Queued"
     DOWNLOADING = "downloading", "Downloading"
@@ -170,9 +177,7 @@ class ServerModel(models.Model):
 
     @property
     def progress_percent(self) -> int:
-        if not self.size_bytes:
-            return 0
-        return min(100, round(100 * self.progress_bytes / self.size_bytes))
+        return percent_of(self.progress_bytes, self.size_bytes)
 
     @property
     def badge(self) -> str:
@@ -238,9 +243,7 @@ class MachineFiles(models.Model):
 
     @property
     def progress_percent(self) -> int:
-        if not self.size_bytes:
-            return 0
-        return min(100, round(100 * self.progress_bytes / self.size_bytes))
+        return percent_of(self.progress_bytes, self.size_bytes)
 
     @property
     def badge(self) -> str:

@@ -48,14 +48,14 @@ def model_files(server_copy: ServerModel, team: Team | None = None) -> ModelFile
     a gated model)."""
     variant = server_copy.variant
     return ModelFiles(
-        token_owner=team.name if team else "",
-        token=team.hf_token() if team else "",
         repo_id=variant.repo_id,
         revision=server_copy.revision,
         variant=variant.name,
         source_path=server_copy.path,
         size_bytes=server_copy.size_bytes or variant.size_bytes,
         files=tuple((str(name), int(size)) for name, size in server_copy.files or ()),
+        token_owner=team.name if team else "",
+        token=team.hf_token() if team else "",
     )
 
 
