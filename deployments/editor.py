@@ -307,7 +307,7 @@ def where_of(deployment: Deployment) -> Where:
         cluster=deployment.cluster,
         size=float(deployment.accelerators_per_copy),
         served_name=launching.served_name(deployment),
-        revision=deployment.revision,
+        revision=launching.model_revision(deployment),
         model_reference=launching.model_reference(deployment),
         gguf_path=launching.gguf_path(deployment) if deployment.variant.gguf_file else "",
     )

@@ -62,6 +62,17 @@ def model_reference(deployment: Deployment) -> str:
     return deployment.model.repo_id
 
 
+def model_revision(deployment: Deployment) -> str:
+    """The revision the engine asks for. On Kubernetes it loads from the cache a Job filled at
+    the commit this server's download pinned: it names that commit, so a branch that moved
+    since cannot make it fetch other files."""
+    if deployment.cluster.kind == ClusterKind.KUBERNETES:
+        kept = lifecycle.files_on_this_server(deployment)
+        if kept is not None and kept.revision:
+            return kept.revision
+    return deployment.revision
+
+
 def gguf_path(deployment: Deployment) -> str:
     kept = lifecycle.files_on_this_server(deployment)
     folder = kept.path if kept is not None and kept.path else deployment.model.repo_id
@@ -77,7 +88,7 @@ def engine_argv(copy: Copy, port: int, api_key: str) -> list[str]:
         api_key=api_key,
         gpu_memory_utilization=copy.gpu_memory_utilization or 0.8,
         tensor_parallel=tensor_parallel(deployment),
-        revision=deployment.revision,
+        revision=model_revision(deployment),
     )
     if deployment.variant.engine == "llamacpp":
         return llamacpp_argv(deployment.engine_settings, facts, gguf_path(deployment))
