@@ -42,7 +42,6 @@ S = ServerModelState
 PROGRESS_EVERY_S = 1.0
 # A row downloading without a progress save for this long lost its worker: it may be claimed.
 STALLED_AFTER = timedelta(minutes=2)
-ACTIVE = (S.QUEUED, S.DOWNLOADING, S.READY)
 RETRYABLE = (S.FAILED, S.MUST_REDOWNLOAD)
 
 

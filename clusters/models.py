@@ -34,11 +34,6 @@ class ClusterState(models.TextChoices):
     UNREACHABLE = "unreachable", "Unreachable"
 
 
-class Notice(models.TextChoices):
-    SHARING_NOT_CONFIGURED = "SharingNotConfigured", "Sharing not configured"
-    PARTIAL_DISCOVERY = "PartialDiscovery", "Partial discovery"
-
-
 class Vendor(models.TextChoices):
     NVIDIA = "nvidia", "NVIDIA"
     AMD = "amd", "AMD"

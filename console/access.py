@@ -12,6 +12,7 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import Http404
 
+from console import live
 from console.models import ROLE_RANK, Membership, Role
 
 NEEDS_VIEW = Role.VIEWER
@@ -83,7 +84,7 @@ def can_view_group(user: Any, group: str) -> bool:
     """Whether a WebSocket may join a live group (same rules as the pages)."""
     if not (user.is_authenticated and user.is_active):
         return False
-    if group in ("deployments", "models"):
+    if group in ("deployments", live.MODELS_GROUP):
         return True
     kind, _, rest = group.partition("-")
     ident = rest.removesuffix("-logs")

@@ -15,9 +15,6 @@ from django.db import transaction
 
 log = logging.getLogger(__name__)
 
-GROUP_KINDS = ("deployment", "cluster", "model")
-
-
 MODELS_GROUP = "models"  # the On this server page: every download's row
 
 

@@ -8,6 +8,7 @@ from django.conf import settings
 from django.db.models import Count, Q
 from django.template.loader import render_to_string
 
+from console import live
 from console.access import NEEDS_OPERATE, has_role, visible_deployments
 from deployments.choices import CopyState
 
@@ -130,7 +131,7 @@ def catch_up(user: Any, group: str, csrf_token: str) -> str:
 
 def render(user: Any, group: str, message: dict[str, Any], csrf_token: str) -> str:
     kind, ident = message["kind"], message["id"]
-    if kind == "server_model" and group == "models":
+    if kind == "server_model" and group == live.MODELS_GROUP:
         return server_model_row(user, ident, csrf_token)
     if kind == "server_model" and group.startswith("model-"):
         return variant_files(int(group.split("-")[1]), ident)

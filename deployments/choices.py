@@ -35,14 +35,10 @@ C = CopyState
 
 # Named groups, so code says what it means ("can it be scaled?") rather than listing states.
 DEPLOYMENT_SERVING = frozenset({D.DEPLOYED, D.DEGRADED})
-DEPLOYMENT_TERMINAL = frozenset({D.STOPPED, D.FAILED})
 DEPLOYMENT_ACTIVE = frozenset(
     {D.REQUESTED, D.DEPLOYING, D.INITIALIZING, D.DEPLOYED, D.DEGRADED, D.ERROR, D.MUST_REDOWNLOAD}
 )
 DEPLOYMENT_CAN_SCALE = frozenset({D.DEPLOYING, D.INITIALIZING, D.DEPLOYED, D.DEGRADED, D.ERROR})
-COPY_SERVING = frozenset({C.READY})
-COPY_HOLDS_ROOM = frozenset({C.COPYING_FILES, C.STARTING, C.READY, C.STOPPING})
-COPY_TERMINAL = frozenset({C.STOPPED})
 
 # Badge colours (CSS class suffixes in static/css/berth.css).
 BADGE_COLOURS: dict[str, str] = {

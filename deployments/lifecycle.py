@@ -409,14 +409,6 @@ def startup_deadline(copy: Copy) -> timedelta:
     return timedelta(seconds=seconds)
 
 
-def stuck_copies(cluster_id: int) -> list[Copy]:
-    return list(
-        Copy.objects.filter(
-            deployment__cluster_id=cluster_id, state=C.STARTING, startup_deadline__lt=timezone.now()
-        ).select_related("deployment")
-    )
-
-
 def scale_down_extras(deployment: Deployment) -> None:
     """Fewer copies wanted: stop the newest of the current generation."""
     current = deployment.copies.filter(generation=deployment.generation).exclude(
@@ -442,15 +434,6 @@ def replace_old_generation(deployment: Deployment) -> None:
         surplus = 1  # no room to start new copies beside the old: replace one at a time
     for copy in old.order_by("-ordinal")[: max(0, surplus)]:
         stop_copy_soon(copy)
-
-
-def counts_summary(deployment_id: int) -> dict[str, int]:
-    return dict(
-        Copy.objects.filter(deployment_id=deployment_id)
-        .values_list("state")
-        .annotate(n=Count("id"))
-        .order_by()
-    )
 
 
 def q_active_deployments() -> Q:

@@ -22,10 +22,6 @@ def flush_s() -> float:
     return seconds("GATEWAY_FLUSH_S", "BERTH_GATEWAY_FLUSH_S", 60.0, 0.1, 3600)
 
 
-def default_reply_wait_s() -> int:
-    return int(settings.GATEWAY_REPLY_WAIT_S)
-
-
 def gateway_port() -> int:
     return int(getattr(settings, "GATEWAY_PORT", None) or env_int("BERTH_GATEWAY_PORT", 8001))
 

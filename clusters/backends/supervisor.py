@@ -36,7 +36,6 @@ POLL_S = 0.05
 # A log line longer than this with no newline yet is handed out anyway (a tqdm bar that redraws
 # itself with carriage returns forever would otherwise never be read).
 MAX_PARTIAL_LINE = 64 * 1024
-READ_CHUNK = 1 << 20
 SHELLS = {"sh", "bash", "dash", "zsh", "ksh", "fish", "csh", "tcsh"}
 
 # Processes this process started, by pid, so that any backend instance in it can reap them.
