@@ -25,7 +25,6 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
 from django.utils import timezone
 from huggingface_hub import snapshot_download
 from huggingface_hub.utils import disable_progress_bars
@@ -34,7 +33,7 @@ from catalog import hub
 from catalog.hub import Access, HubProblem
 from catalog.models import ServerModel, ServerModelState, Variant
 from catalog.variants import RepoFile, select_files
-from console import live
+from console import claims, live
 
 log = logging.getLogger(__name__)
 S = ServerModelState
@@ -183,12 +182,7 @@ def redispatch_stalled() -> int:
     lost its worker (or its task). It goes back to queued with a fresh timestamp, so that the
     task can claim it and it is sent at most once per period however often this runs.
     """
-    now = timezone.now()
-    stalled = ServerModel.objects.filter(
-        state__in=(S.QUEUED, S.DOWNLOADING), updated_at__lt=now - STALLED_AFTER
-    )
-    ids = list(stalled.values_list("pk", flat=True))
-    ServerModel.objects.filter(pk__in=ids).update(state=S.QUEUED, updated_at=now)
+    ids = claims.requeue_stalled(ServerModel, S.QUEUED, S.DOWNLOADING, STALLED_AFTER)
     for row_id in ids:
         enqueue(row_id)
     return len(ids)
@@ -199,14 +193,8 @@ def redispatch_stalled() -> int:
 
 def claim(row_id: int) -> ServerModel | None:
     """queued → downloading, or a stalled download taken over; None when someone else has it."""
-    now = timezone.now()
-    free = Q(state=S.QUEUED) | Q(state=S.DOWNLOADING, updated_at__lt=now - STALLED_AFTER)
-    claimed = (
-        ServerModel.objects.filter(pk=row_id)
-        .filter(free)
-        .update(state=S.DOWNLOADING, started_at=now, updated_at=now, bytes_per_s=0, error="")
-    )
-    if not claimed:
+    fresh = {"started_at": timezone.now(), "bytes_per_s": 0, "error": ""}
+    if not claims.claim(ServerModel, row_id, S.QUEUED, S.DOWNLOADING, STALLED_AFTER, **fresh):
         return None
     files_changed(row_id)
     return ServerModel.objects.select_related("variant", "team").get(pk=row_id)

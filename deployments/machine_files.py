@@ -23,7 +23,7 @@ from catalog.models import MachineFiles, MachineFilesState, ServerModel
 from clusters.backends.base import BackendError, FilesResult, ModelFiles
 from clusters.models import Machine
 from clusters.registry import backend_for
-from console import live
+from console import claims, live
 from console.models import Team
 from deployments import lifecycle
 from deployments.choices import CopyState
@@ -127,25 +127,14 @@ def enqueue(row_id: int, team_id: int | None = None) -> None:
 
 def redispatch_stalled() -> int:
     """Queue again the syncs a dead worker left (for the reconciler to call)."""
-    now = timezone.now()
-    stalled = MachineFiles.objects.filter(
-        state__in=(F.QUEUED, F.COPYING), updated_at__lt=now - STALLED_AFTER
-    )
-    ids = list(stalled.values_list("pk", flat=True))
-    MachineFiles.objects.filter(pk__in=ids).update(state=F.QUEUED, updated_at=now)
+    ids = claims.requeue_stalled(MachineFiles, F.QUEUED, F.COPYING, STALLED_AFTER)
     for row_id in ids:
         enqueue(row_id)
     return len(ids)
 
 
 def claim(row_id: int) -> MachineFiles | None:
-    now = timezone.now()
-    free = Q(state=F.QUEUED) | Q(state=F.COPYING, updated_at__lt=now - STALLED_AFTER)
-    if (
-        not MachineFiles.objects.filter(pk=row_id)
-        .filter(free)
-        .update(state=F.COPYING, updated_at=now)
-    ):
+    if not claims.claim(MachineFiles, row_id, F.QUEUED, F.COPYING, STALLED_AFTER):
         return None
     return MachineFiles.objects.select_related("machine__cluster", "variant").get(pk=row_id)
 
