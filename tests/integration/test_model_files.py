@@ -17,16 +17,10 @@ from clusters.models import Cluster
 from deployments import actions, machine_files
 from deployments.choices import DeploymentState
 from deployments.models import Deployment, Event
+from tests.integration.test_lifecycle import FAST_ENGINE, H100
 from tests.processes import console_processes, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
-H100 = {
-    "vendor": "nvidia",
-    "product": "NVIDIA-H100-80GB-HBM3",
-    "memory_mib": 81559,
-    "compute_capability": "9.0",
-}
-FAST_ENGINE = {"BERTH_SIM_LOAD_S_PER_GB": "0.05", "BERTH_SIM_INIT_S": "0.1"}
 # Slow enough that a copy of Qwen3-0.6B's 1.1 GiB takes about two seconds to watch.
 COPY_RATE = str(2**29)
 
