@@ -10,7 +10,7 @@ WITH_SERVICES := $(PY) -m console.services exec --
 TEST_ENV := BERTH_CHANNEL_PREFIX=berth-test BERTH_CELERY_QUEUE=berth-test
 PORT ?= 8000
 
-.PHONY: venv run test lint check pytest bench vendor stop chromium
+.PHONY: venv run test lint check pytest bench vendor stop chromium engines
 
 venv: $(VENV)/.installed
 
@@ -23,7 +23,8 @@ $(VENV)/.installed: pyproject.toml
 
 run: venv
 	$(WITH_SERVICES) $(PY) manage.py migrate --noinput
-	@test -f var/demo-seeded || ($(WITH_SERVICES) $(PY) manage.py seed_demo && touch var/demo-seeded)
+	@test -f var/demo-seeded || ($(WITH_SERVICES) $(PY) manage.py seed_demo && \
+		$(WITH_SERVICES) $(PY) manage.py make_tiny_model && touch var/demo-seeded)
 	@echo
 	@echo "Berth is starting at http://127.0.0.1:$(PORT)/"
 	@echo "Demo logins: admin / berth-admin, operator / berth-operator, viewer / berth-viewer"
@@ -43,10 +44,15 @@ check: venv
 	$(WITH_SERVICES) $(PY) manage.py check
 	$(WITH_SERVICES) $(PY) manage.py makemigrations --check --dry-run
 
+# vLLM's CPU build and llama.cpp's server, once per version, into ~/.cache/berth/engines
+# (BERTH_ENGINE_CACHE): the real engines of the `local` cluster and of the real-engine tests.
+engines:
+	bash scripts/engines.sh
+
 chromium:
 	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium)
 
-pytest: venv chromium
+pytest: venv chromium engines
 	$(TEST_ENV) $(WITH_SERVICES) $(VENV)/bin/pytest
 
 test: lint check pytest

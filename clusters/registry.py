@@ -30,9 +30,14 @@ def make_backend(cluster: Cluster) -> ClusterBackend:
             copy_bytes_per_second=settings.SIMULATOR_COPY_BYTES_PER_S,
         )
     if cluster.kind == ClusterKind.STANDALONE:
+        from clusters.backends.engines import EnginePrograms
         from clusters.backends.standalone import StandaloneBackend
 
-        return StandaloneBackend(state_dir(cluster))
+        programs = EnginePrograms(
+            settings.ENGINE_CACHE_DIR, settings.VLLM_BIN, settings.LLAMA_SERVER_BIN
+        )
+        reserve = int(settings.CPU_RESERVE_GIB * (1 << 30))
+        return StandaloneBackend(state_dir(cluster), programs=programs, cpu_reserve_bytes=reserve)
     from clusters.backends.kubernetes import KubernetesBackend
 
     image = f"{cluster.engine_image}:{cluster.engine_version or 'latest'}"

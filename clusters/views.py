@@ -18,6 +18,11 @@ NOTICE_WORDS = {
         "copy smaller than one GPU still takes a whole one. Enable time-slicing, MPS or MIG on "
         "the cluster, then set its sharing strategy here."
     ),
+    "DriverNotWorking": (
+        "This machine has NVIDIA devices, but their driver does not answer, so it offers no GPU "
+        "(and is not used as a CPU machine instead). Reload the NVIDIA driver until nvidia-smi "
+        "answers, then refresh the cluster."
+    ),
     "PartialDiscovery": (
         "Some machines did not report their GPUs fully (labels missing), so they receive no "
         "copies. Check that GPU Feature Discovery runs on every GPU node."

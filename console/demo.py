@@ -1,4 +1,5 @@
-"""The demo: users, a team, a simulated cluster and a few models on this server."""
+"""The demo: users, a team, a simulated cluster, this machine as the cluster `local`, and a few
+models on this server (make_tiny_model adds a real one that `local` can host)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from catalog.loader import load_catalog
 from catalog.models import ServerModel, ServerModelState, Variant
 from clusters.backends.simulator import discover_inventory
 from clusters.inventory import apply_discovery
+from clusters.registry import backend_for
 from clusters.models import Cluster, ClusterKind, SharingStrategy, Topology
 from console.models import Membership, Role, Team
 
@@ -116,6 +118,21 @@ def seed_cluster() -> Cluster:
     return cluster
 
 
+def seed_local_cluster() -> Cluster:
+    """This machine, with its GPUs, or its CPU when it has none, hosting real engines."""
+    cluster, _ = Cluster.objects.update_or_create(
+        name="local",
+        defaults={
+            "description": "This machine: its GPUs, or its CPU; engines from `make engines`.",
+            "kind": ClusterKind.STANDALONE,
+            "topology": Topology.STANDALONE,
+            "sharing_strategy": SharingStrategy.FRACTIONAL,
+        },
+    )
+    apply_discovery(cluster, backend_for(cluster).discover())
+    return cluster
+
+
 def seed_server_models() -> None:
     for repo_id, variant_name in ON_THIS_SERVER:
         variant = Variant.objects.get(model__repo_id=repo_id, name=variant_name)
@@ -138,4 +155,5 @@ def seed_demo() -> None:
         team, _ = Team.objects.get_or_create(name="demo", defaults={"description": "The demo team"})
         seed_users(team)
         seed_cluster()
+        seed_local_cluster()
         seed_server_models()

@@ -100,3 +100,14 @@ def redis_url(name: str) -> str:
     if parts.scheme not in {"redis", "rediss"} or not parts.hostname:
         raise ImproperlyConfigured(f"{name} is malformed: expected redis://HOST:PORT/DB.")
     return raw
+
+
+def env_executable(name: str) -> str:
+    """An optional path to a program: "" when unset; else it must be an executable file."""
+    path = os.environ.get(name, "").strip()
+    if path and not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        raise ImproperlyConfigured(
+            f"{name}={path!r} is not an executable file: give the engine binary's path, "
+            "or unset it to use the one `make engines` installs."
+        )
+    return path

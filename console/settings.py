@@ -9,6 +9,7 @@ from django.core.exceptions import ImproperlyConfigured
 from console.env import (
     database_from_url,
     env_bool,
+    env_executable,
     env_float,
     env_int,
     env_list,
@@ -122,6 +123,15 @@ LOG_FOLLOW_EVERY_S = env_float("BERTH_LOG_FOLLOW_EVERY_S", 0.1, low=0.01, high=6
 MODELS_DIR = Path(env_str("BERTH_MODELS_DIR", str(BASE_DIR / "var" / "models")))
 # Where local engines (standalone, simulator) keep their logs and process records.
 STATE_DIR = Path(env_str("BERTH_STATE_DIR", str(BASE_DIR / "var" / "state")))
+# The real engines `make engines` installs, one folder per engine version (outside the checkout,
+# so every clone and CI on this machine share one build); a *_BIN path overrides its engine.
+ENGINE_CACHE_DIR = Path(
+    env_str("BERTH_ENGINE_CACHE", str(Path.home() / ".cache" / "berth" / "engines"))
+)
+VLLM_BIN = env_executable("BERTH_VLLM_BIN")
+LLAMA_SERVER_BIN = env_executable("BERTH_LLAMA_SERVER_BIN")
+# On a CPU-only machine, the memory kept for the system and the console: engines get the rest.
+CPU_RESERVE_GIB = env_float("BERTH_CPU_RESERVE_GIB", 4.0, low=0, high=4096)
 SIMULATOR_COPY_BYTES_PER_S = env_int("BERTH_SIMULATOR_COPY_BYTES_PER_S", 20 * 2**30, low=1)
 # Retries of failures that can pass: exponential backoff from the base, capped.
 RETRY_BASE_S = env_float("BERTH_RETRY_BASE_S", 5.0, low=0.1, high=3600)

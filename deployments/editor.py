@@ -227,7 +227,6 @@ def preview_for(where: Where, context: EngineContext, settings: dict[str, Any]) 
         model=where.model_reference or where.model.repo_id,
         served_name=where.served_name,
         port=8000,
-        api_key="preview",
         gpu_memory_utilization=context.share(settings),
         tensor_parallel=context.tensor_parallel,
         revision=where.revision,

@@ -22,7 +22,14 @@ from deployments.choices import CopyState as C
 from deployments.choices import DeploymentState as D
 from deployments.choices import ErrorCode
 from deployments.classify import Failure
-from deployments.engine.argv import LaunchFacts, llamacpp_argv, vllm_argv
+from deployments.engine.argv import (
+    LaunchFacts,
+    cpu_environment,
+    cpu_threads,
+    key_environment,
+    llamacpp_argv,
+    vllm_argv,
+)
 from deployments.models import Copy, Deployment, Reservation
 
 log = logging.getLogger(__name__)
@@ -79,17 +86,35 @@ def gguf_path(deployment: Deployment) -> str:
     return f"{folder}/{deployment.variant.gguf_file}"
 
 
-def engine_argv(copy: Copy, port: int, api_key: str) -> list[str]:
+def on_cpu(gpus: list[Accelerator]) -> bool:
+    return any(gpu.vendor == "cpu" for gpu in gpus)
+
+
+def launch_facts(copy: Copy, port: int, gpus: list[Accelerator]) -> LaunchFacts:
     deployment = copy.deployment
-    facts = LaunchFacts(
+    cpu = on_cpu(gpus)
+    cores = copy.machine.cpu_count if copy.machine_id else 0
+    return LaunchFacts(
         model=model_reference(deployment),
         served_name=served_name(deployment),
         port=port,
-        api_key=api_key,
         gpu_memory_utilization=copy.gpu_memory_utilization or 0.8,
         tensor_parallel=tensor_parallel(deployment),
         revision=model_revision(deployment),
+        on_cpu=cpu,
+        cpu_threads=cpu_threads(float(deployment.accelerators_per_copy), cores) if cpu else 0,
+        budget_bytes=copy.allocated_bytes,
+        weights_bytes=deployment.variant.size_bytes,
     )
+
+
+def engine_argv(copy: Copy, port: int) -> list[str]:
+    """The command line a copy is launched with (its key goes in its environment)."""
+    return argv_for(copy, launch_facts(copy, port, placed_accelerators(copy)))
+
+
+def argv_for(copy: Copy, facts: LaunchFacts) -> list[str]:
+    deployment = copy.deployment
     if deployment.variant.engine == "llamacpp":
         return llamacpp_argv(deployment.engine_settings, facts, gguf_path(deployment))
     # The simulator backend runs the same `vllm serve …` argv with the engine simulator.
@@ -122,14 +147,15 @@ def spec_for(copy: Copy, port: int = 0, api_key: str = "") -> CopySpec:
     gpus = placed_accelerators(copy)
     deployment = copy.deployment
     slices = [g for g in gpus if g.parent_id]
-    env: dict[str, Any] = {}
+    facts = launch_facts(copy, port, gpus)
+    env: dict[str, Any] = cpu_environment(deployment.variant.engine, facts)
     if deployment.cluster.kind == ClusterKind.SIMULATOR:
-        env = simulator_env(copy)
+        env.update(simulator_env(copy))
     return CopySpec(
         copy_id=copy.pk,
         deployment_name=deployment.name,
         ordinal=copy.ordinal,
-        argv=tuple(engine_argv(copy, port, api_key)) if port else (),
+        argv=tuple(argv_for(copy, facts)) if port else (),
         env=env,
         machine=copy.machine.name if copy.machine_id else "",
         gpu_indexes=tuple(sorted({(g.parent or g).index for g in gpus})),
@@ -139,6 +165,8 @@ def spec_for(copy: Copy, port: int = 0, api_key: str = "") -> CopySpec:
         reserved_bytes=copy.allocated_bytes,
         port=port,
         token_owner=deployment.team.name,
+        on_cpu=facts.on_cpu,
+        secret_env=key_environment(deployment.variant.engine, api_key) if api_key else {},
     )
 
 
@@ -201,8 +229,8 @@ def missing_files(copy: Copy, missing: tuple[str, ...], message: str) -> None:
 
 
 def new_engine_key() -> str:
-    """A copy's own engine API key. The prefix keeps it from starting with '-', which the
-    engine's argument parser would read as a flag ("--api-key: expected one argument")."""
+    """A copy's own engine API key (it travels in the engine's environment, never its argv;
+    the prefix keeps it readable as what it is in an engine's own messages)."""
     return f"engine-{secrets.token_urlsafe(24)}"
 
 

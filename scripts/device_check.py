@@ -52,7 +52,7 @@ def sample_spec(report: nvml.NvmlReport) -> CopySpec:
     port = free_port()
     argv = (
         "vllm", "serve", "Qwen/Qwen3-0.6B", "--served-model-name", "qwen",
-        "--host", "127.0.0.1", "--port", str(port), "--api-key", "<redacted>",
+        "--host", "127.0.0.1", "--port", str(port),
         "--max-model-len", "4096", "--gpu-memory-utilization", str(SAMPLE_SHARE),
     )  # fmt: skip
     first = report.accelerators[0] if report.accelerators else None

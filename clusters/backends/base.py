@@ -14,6 +14,7 @@ from typing import Literal, Protocol
 
 NOTICE_SHARING_NOT_CONFIGURED = "SharingNotConfigured"
 NOTICE_PARTIAL_DISCOVERY = "PartialDiscovery"
+NOTICE_DRIVER_NOT_WORKING = "DriverNotWorking"
 
 HardwareClass = Literal["hardware_isolated", "software_shared", "unified_memory"]
 # whole_gpu | shared | time_sliced | mps | mig | unified_memory
@@ -89,6 +90,10 @@ class CopySpec:
     reserved_bytes: int = 0
     port: int = 0
     token_owner: str = ""  # the team whose Hugging Face token the copy may use (its name only)
+    on_cpu: bool = False  # placed on a CPU machine (vendor cpu): no GPU is made visible to it
+    # The copy's secrets (its engine key) by variable: local engines get them in their
+    # environment, pods from a Secret; never on a command line, in a record or in a repr.
+    secret_env: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,7 @@ PASSED_THROUGH = (
     "HF_HUB_CACHE",
     "HF_HUB_OFFLINE",
     "XDG_CACHE_HOME",
+    "VLLM_CACHE_ROOT",  # where vLLM's CPU build keeps its compiled kernels between starts
 )
 # HTTP to the engines never goes through a proxy the console's environment may name.
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -141,14 +142,19 @@ def cuda_visible_devices(spec: CopySpec) -> str | None:
 
 
 def engine_environment(
-    spec_env: Mapping[str, str], visible: str | None, base: Mapping[str, str] | None = None
+    spec_env: Mapping[str, str],
+    visible: str | None,
+    base: Mapping[str, str] | None = None,
+    secrets: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """A small inherited environment, then the copy's own variables, then its GPUs."""
+    """A small inherited environment, then the copy's own variables and secrets (its engine
+    key: the environment is where each engine reads it, never the argv), then its GPUs."""
     base = os.environ if base is None else base
     env = {name: base[name] for name in PASSED_THROUGH if name in base}
     env.update({name: value for name, value in base.items() if name.startswith("LC_")})
     env["PYTHONUNBUFFERED"] = "1"  # vLLM logs through Python: lines reach the file at once
     env.update(spec_env)
+    env.update(secrets or {})
     if visible is not None:
         # NVML numbers GPUs by PCI bus; CUDA's default order is "fastest first". Same order here.
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"

@@ -260,6 +260,7 @@ class SimulatorBackend(LocalProcessBackend):
         env = engine_environment(
             {"PYTHONPATH": str(REPO_ROOT), **hardware, **spec.env},
             self._visible_devices(spec, placed),
+            secrets=spec.secret_env,
         )
         extra = {
             "gpu_uuids": [gpu.uuid for gpu in placed],

@@ -1,15 +1,21 @@
 """The standalone backend: this machine, its GPUs read with NVML, engines as local processes.
 
-Without a GPU (or a driver) discovery reports one machine with no accelerators and the message
-"no GPUs found on this machine"; nothing here crashes for want of a GPU. Before a copy starts
-on a GPU it shares with others, NVML must show the copy's bytes free, or the launch raises
-WaitForRoom and the copy waits (vLLM itself would refuse to start: DESIGN §5).
+A machine with no NVIDIA device at all (no /dev/nvidia*) hosts on its CPU: one accelerator of
+vendor `cpu` whose memory is the machine's less a reserve, shared by byte budgets; its engines
+are vLLM's CPU build and llama.cpp's server. A machine whose NVIDIA devices exist but whose
+driver does not answer reports "no GPUs found on this machine" with the DriverNotWorking notice
+and no accelerator: it is never quietly offered as a CPU machine, which would hide the broken
+driver and host models a hundred times slower than the operator expects. Nothing here crashes
+for want of a GPU. Before a copy starts on a GPU it shares with others, NVML must show the copy's
+bytes free, or the launch raises WaitForRoom and the copy waits (vLLM itself would refuse to
+start: DESIGN §5).
 
 Imports no Django and nothing beyond the standard library and nvidia-ml-py.
 """
 
 from __future__ import annotations
 
+import glob
 import os
 import socket
 from pathlib import Path
@@ -17,15 +23,19 @@ from typing import Any
 
 from clusters.backends import nvml
 from clusters.backends.base import (
+    NOTICE_DRIVER_NOT_WORKING,
     CopyHandle,
     CopySpec,
+    DiscoveredAccelerator,
     DiscoveredMachine,
     Discovery,
     FilesResult,
     ModelFiles,
     Progress,
 )
+from clusters.backends.engines import EnginePrograms, with_binary
 from clusters.backends.local import (
+    GIB,
     LocalProcessBackend,
     WaitForRoom,
     check_engine_argv,
@@ -35,6 +45,9 @@ from clusters.backends.local import (
 )
 
 __all__ = ["StandaloneBackend", "WaitForRoom", "system_memory_bytes"]
+
+NVIDIA_DEVICE_NODES = "/dev/nvidia*"
+DEFAULT_CPU_RESERVE_BYTES = 4 * GIB
 
 
 def system_memory_bytes() -> int:
@@ -50,6 +63,38 @@ def system_memory_bytes() -> int:
         return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
     except (OSError, ValueError, AttributeError):
         return 0
+
+
+def cpu_product() -> str:
+    """The processor's name as /proc/cpuinfo gives it ("model name"), else "CPU"."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name") and ":" in line:
+                    return line.split(":", 1)[1].strip() or "CPU"
+    except OSError:
+        pass
+    return "CPU"
+
+
+def cpu_accelerator(system_bytes: int, reserve_bytes: int, cores: int) -> DiscoveredAccelerator:
+    """The machine's CPU as one accelerator: its memory less the reserve, shared by budgets."""
+    return DiscoveredAccelerator(
+        index=0,
+        vendor="cpu",
+        product=f"{cpu_product()} ({cores} cores)",
+        memory_bytes=max(0, system_bytes - reserve_bytes),
+        uuid="CPU-0",
+        hardware_class="unified_memory",
+        sharing_class="shared",
+    )
+
+
+def driver_not_working(nodes: list[str], report_message: str) -> str:
+    return (
+        f"{report_message}; {nodes[0]} exists, so this machine has NVIDIA devices, but their "
+        "driver is not working: reload the NVIDIA driver (nvidia-smi must answer), then refresh"
+    )
 
 
 def missing_model_files(model_path: str, files: tuple[str, ...]) -> tuple[str, ...]:
@@ -68,6 +113,9 @@ class StandaloneBackend(LocalProcessBackend):
         *,
         stop_timeout_s: float = 10.0,
         http_timeout_s: float = 1.0,
+        programs: EnginePrograms | None = None,
+        cpu_reserve_bytes: int = DEFAULT_CPU_RESERVE_BYTES,
+        device_nodes: str = NVIDIA_DEVICE_NODES,
     ) -> None:
         super().__init__(
             state_dir,
@@ -76,16 +124,40 @@ class StandaloneBackend(LocalProcessBackend):
             http_timeout_s=http_timeout_s,
         )
         self.nvml_module = nvml_module
+        self.programs = programs or EnginePrograms()
+        self.cpu_reserve_bytes = cpu_reserve_bytes
+        self.device_nodes = device_nodes
 
     def discover(self) -> Discovery:
         report = nvml.discover_gpus(self.nvml_module)
+        if report.accelerators:
+            return self._machine_with(report.accelerators, report.message)
+        nodes = sorted(glob.glob(self.device_nodes))
+        if nodes:
+            words = driver_not_working(nodes, report.message)
+            return self._machine_with((), words, notices=(NOTICE_DRIVER_NOT_WORKING,))
+        cores = os.cpu_count() or 1
+        cpu = cpu_accelerator(system_memory_bytes(), self.cpu_reserve_bytes, cores)
+        words = (
+            f"no NVIDIA devices on this machine: it hosts on its CPU ({cores} cores, "
+            f"{cpu.memory_bytes / GIB:.2f} GiB for engines after a "
+            f"{self.cpu_reserve_bytes / GIB:.2f} GiB reserve)"
+        )
+        return self._machine_with((cpu,), words)
+
+    def _machine_with(
+        self,
+        accelerators: tuple[DiscoveredAccelerator, ...],
+        message: str,
+        notices: tuple[str, ...] = (),
+    ) -> Discovery:
         machine = DiscoveredMachine(
             name=self.machine_name,
             cpu_count=os.cpu_count() or 0,
             system_memory_bytes=system_memory_bytes(),
-            accelerators=report.accelerators,
+            accelerators=accelerators,
         )
-        return Discovery(machines=(machine,), message=report.message)
+        return Discovery(machines=(machine,), notices=notices, message=message)
 
     def files_here(self, machine: str, files: ModelFiles) -> FilesResult:
         """The console downloads to this machine itself: the files are where it keeps them."""
@@ -118,9 +190,13 @@ class StandaloneBackend(LocalProcessBackend):
         if running is not None:
             return running
         check_engine_argv(spec.argv)
+        argv = with_binary(spec.argv, self.programs)  # not installed: fails now, in words
+        if spec.on_cpu:
+            env = engine_environment(spec.env, None, secrets=spec.secret_env)
+            return self.start_engine(spec, argv, env, extra={"gpu_uuids": ["CPU-0"]})
         check_room(spec, self._free_bytes)
-        env = engine_environment(spec.env, cuda_visible_devices(spec))
-        return self.start_engine(spec, spec.argv, env, extra={"gpu_uuids": self._gpu_uuids(spec)})
+        env = engine_environment(spec.env, cuda_visible_devices(spec), secrets=spec.secret_env)
+        return self.start_engine(spec, argv, env, extra={"gpu_uuids": self._gpu_uuids(spec)})
 
     def _free_bytes(self, index: int) -> int | None:
         return nvml.free_memory_bytes(index, self.nvml_module)

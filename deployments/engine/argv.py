@@ -1,11 +1,14 @@
 """Renders a deployment's engine settings and a copy's placement into the exact argv launched.
 
 One function per engine. The result is an argument list, never a shell string: each value is
-its own element, so nothing in a setting can be read as a shell command.
+its own element, so nothing in a setting can be read as a shell command. The copy's engine key
+is never on it: each engine reads its key from the environment (`key_environment`), so it shows
+in no process list and no record of the command line.
 """
 
 from __future__ import annotations
 
+import math
 import shlex
 from dataclasses import dataclass
 from typing import Any
@@ -14,6 +17,12 @@ from deployments.engine.settings import CATALOG, validate_settings
 
 PORT_SHOWN = "<port>"  # a copy's port is chosen when it launches
 KEY_SHOWN = "********"
+GIB = 1 << 30
+# The variable each engine reads its API key from (vLLM: VLLM_API_KEY; llama.cpp: LLAMA_API_KEY).
+KEY_VARIABLE = {"vllm": "VLLM_API_KEY", "llamacpp": "LLAMA_API_KEY"}
+# What vLLM's CPU build needs beside its KV cache: the Python runtime, torch and its worker
+# (about 2 GiB for a tiny model on 2 cores, reference/real-engines.md §1).
+CPU_RUNTIME_BYTES = 2 * GIB
 
 
 @dataclass(frozen=True)
@@ -23,11 +32,15 @@ class LaunchFacts:
     model: str  # repository id, or a local path
     served_name: str
     port: int
-    api_key: str
     gpu_memory_utilization: float
     tensor_parallel: int = 1
     revision: str = ""
     host: str = "127.0.0.1"
+    # On a machine's CPU (vendor `cpu`): its threads, and the bytes its budget holds.
+    on_cpu: bool = False
+    cpu_threads: int = 0
+    budget_bytes: int = 0
+    weights_bytes: int = 0
 
 
 def flag_arguments(settings: dict[str, Any]) -> list[str]:
@@ -50,26 +63,64 @@ def vllm_argv(settings: dict[str, Any], facts: LaunchFacts) -> list[str]:
     checked = validate_settings(settings)
     checked.pop("gpu_memory_utilization", None)
     argv = ["vllm", "serve", facts.model, "--served-model-name", facts.served_name]
-    argv += ["--host", facts.host, "--port", str(facts.port), "--api-key", facts.api_key]
+    argv += ["--host", facts.host, "--port", str(facts.port)]
+    if facts.on_cpu:  # the CPU build sizes its cache from the environment (cpu_environment)
+        return argv + revision_arguments(facts) + flag_arguments(checked)
     argv += ["--gpu-memory-utilization", f"{facts.gpu_memory_utilization:.4g}"]
     if facts.tensor_parallel > 1:
         argv += ["--tensor-parallel-size", str(facts.tensor_parallel)]
-    if facts.revision:
-        argv += ["--revision", facts.revision]
-    return argv + flag_arguments(checked)
+    return argv + revision_arguments(facts) + flag_arguments(checked)
+
+
+def revision_arguments(facts: LaunchFacts) -> list[str]:
+    return ["--revision", facts.revision] if facts.revision else []
 
 
 def llamacpp_argv(settings: dict[str, Any], facts: LaunchFacts, gguf_path: str) -> list[str]:
     """`llama-server …` for a GGUF variant (all layers on the GPU when there is one)."""
     checked = validate_settings(settings)
     argv = ["llama-server", "--model", gguf_path, "--alias", facts.served_name]
-    argv += ["--host", facts.host, "--port", str(facts.port), "--api-key", facts.api_key]
-    argv += ["--n-gpu-layers", "999"]
+    # --metrics: llama.cpp serves /metrics only when asked, and the watcher reads it.
+    argv += ["--host", facts.host, "--port", str(facts.port), "--metrics"]
+    if facts.on_cpu:
+        argv += ["--threads", str(facts.cpu_threads or 1)]
+    else:
+        argv += ["--n-gpu-layers", "999"]
     if "max_model_len" in checked:
         argv += ["--ctx-size", str(checked["max_model_len"])]
     if "max_num_seqs" in checked:
         argv += ["--parallel", str(checked["max_num_seqs"])]
     return argv
+
+
+def key_environment(engine: str, api_key: str) -> dict[str, str]:
+    """The copy's engine key, in the variable its engine reads it from."""
+    return {KEY_VARIABLE.get(engine, KEY_VARIABLE["vllm"]): api_key}
+
+
+def cpu_threads(share: float, cores: int) -> int:
+    """A copy of share s of a CPU machine gets ⌊s × cores⌋ threads, and at least one."""
+    return max(1, math.floor(share * cores))
+
+
+def kv_cache_gib(facts: LaunchFacts) -> int:
+    """vLLM's CPU KV cache (whole GiB, as VLLM_CPU_KVCACHE_SPACE takes it): what the copy's
+    budget leaves after the weights and the runtime, and at least 1."""
+    left = facts.budget_bytes - facts.weights_bytes - CPU_RUNTIME_BYTES
+    return max(1, left // GIB)
+
+
+def cpu_environment(engine: str, facts: LaunchFacts) -> dict[str, str]:
+    """What vLLM's CPU build reads from its environment: its cache size and its threads.
+    Threads are not pinned to cores (copies that share a machine would pin the same ones)."""
+    if not facts.on_cpu or engine != "vllm":
+        return {}
+    threads = str(facts.cpu_threads or 1)
+    return {
+        "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib(facts)),
+        "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+        "OMP_NUM_THREADS": threads,
+    }
 
 
 def redacted(argv: list[str]) -> list[str]:

@@ -301,10 +301,10 @@ def test_on_kubernetes_the_engine_names_the_commit_its_cache_was_filled_at(red):
     kube = Cluster.objects.create(name="kube", kind="kubernetes", namespace="berth")
     pinned = factories.make_deployment("pinned", red, cluster=kube)  # the default branch
     kept = kept_on_this_server(pinned.variant)
-    argv = launching.engine_argv(factories.make_copy(pinned), 8000, "engine-key")
+    argv = launching.engine_argv(factories.make_copy(pinned), 8000)
     assert argv[argv.index("--revision") + 1] == kept.revision
     assert editor.where_of(pinned).revision == kept.revision  # the preview says the same
     # Elsewhere the engine reads this server's folder or its own files: the revision asked for.
     simulated = factories.make_deployment("asked", red, revision="main")
-    argv = launching.engine_argv(factories.make_copy(simulated), 8000, "engine-key")
+    argv = launching.engine_argv(factories.make_copy(simulated), 8000)
     assert argv[argv.index("--revision") + 1] == "main"

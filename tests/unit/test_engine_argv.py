@@ -4,16 +4,32 @@ from __future__ import annotations
 
 import pytest
 
-from deployments.engine.argv import LaunchFacts, llamacpp_argv, redacted, vllm_argv
+from deployments.engine.argv import (
+    GIB,
+    LaunchFacts,
+    cpu_environment,
+    cpu_threads,
+    key_environment,
+    llamacpp_argv,
+    vllm_argv,
+)
 from deployments.engine.settings import EngineSettingsError, validate_settings
 
 FACTS = LaunchFacts(
     model="Qwen/Qwen3-8B",
     served_name="qwen",
     port=8123,
-    api_key="k-123",
     gpu_memory_utilization=0.4,
     tensor_parallel=1,
+)
+ON_CPU = LaunchFacts(
+    **{
+        **FACTS.__dict__,
+        "on_cpu": True,
+        "cpu_threads": 3,
+        "budget_bytes": 10 * GIB,
+        "weights_bytes": GIB // 2,
+    }
 )
 
 
@@ -38,8 +54,6 @@ def test_the_vllm_argv_carries_every_setting_as_its_own_argument():
         "127.0.0.1",
         "--port",
         "8123",
-        "--api-key",
-        "k-123",
         "--gpu-memory-utilization",
         "0.4",
         "--tensor-parallel-size",
@@ -96,19 +110,38 @@ def test_gguf_variants_run_on_llama_server():
     assert argv[argv.index("--ctx-size") + 1] == "4096"
 
 
-def test_the_api_key_is_hidden_when_an_argv_is_shown():
-    assert "k-123" not in redacted(vllm_argv({}, FACTS))
+def test_the_engine_key_is_never_on_the_command_line_but_in_the_variable_each_engine_reads():
+    for argv in (vllm_argv({}, FACTS), llamacpp_argv({}, FACTS, "/m.gguf")):
+        assert "--api-key" not in argv and "--api-key-file" not in argv
+    assert key_environment("vllm", "k-123") == {"VLLM_API_KEY": "k-123"}
+    assert key_environment("llamacpp", "k-123") == {"LLAMA_API_KEY": "k-123"}
 
 
-def test_an_engine_key_is_never_read_as_a_flag():
-    """Found by the lifecycle benchmark: a random key starting with '-' made vLLM's parser
-    fail with 'argument --api-key: expected one argument'."""
-    import argparse
+def test_a_copy_on_a_cpu_gets_no_cuda_only_flags():
+    argv = vllm_argv({}, LaunchFacts(**{**ON_CPU.__dict__, "tensor_parallel": 2}))
+    assert "--gpu-memory-utilization" not in argv and "--tensor-parallel-size" not in argv
+    gguf = llamacpp_argv({}, ON_CPU, "/m.gguf")
+    assert "--n-gpu-layers" not in gguf
+    assert gguf[gguf.index("--threads") + 1] == "3"
+    assert "--n-gpu-layers" in llamacpp_argv({}, FACTS, "/m.gguf")  # on a GPU: every layer there
 
-    from deployments.launching import new_engine_key
 
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--api-key")
-    for _ in range(2000):  # a bare random key starts with '-' once in 64
-        key = new_engine_key()
-        assert parser.parse_args(["--api-key", key]).api_key == key
+def test_vllm_on_a_cpu_sizes_its_cache_from_the_copys_budget_and_uses_its_threads():
+    # 10 GiB budget − 0.5 GiB of weights − 2 GiB of runtime → 7 whole GiB of KV cache.
+    assert cpu_environment("vllm", ON_CPU) == {
+        "VLLM_CPU_KVCACHE_SPACE": "7",
+        "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+        "OMP_NUM_THREADS": "3",
+    }
+    tight = LaunchFacts(**{**ON_CPU.__dict__, "budget_bytes": 2 * GIB})
+    assert cpu_environment("vllm", tight)["VLLM_CPU_KVCACHE_SPACE"] == "1"  # never 0
+    assert cpu_environment("vllm", FACTS) == {} and cpu_environment("llamacpp", ON_CPU) == {}
+
+
+@pytest.mark.parametrize(
+    "share,cores,threads", [(0.5, 2, 1), (0.25, 2, 1), (1, 2, 2), (0.5, 16, 8), (0.3, 10, 3)]
+)
+def test_a_share_of_a_cpu_machine_gets_that_share_of_its_cores_and_at_least_one(
+    share, cores, threads
+):
+    assert cpu_threads(share, cores) == threads

@@ -16,6 +16,7 @@ import pynvml
 import pytest
 
 from clusters.backends import nvml
+from clusters.backends.base import NOTICE_DRIVER_NOT_WORKING
 from clusters.backends.standalone import StandaloneBackend
 
 MIB = 1 << 20
@@ -309,9 +310,36 @@ def test_standalone_discovery_is_this_machine_with_its_gpus(tmp_path) -> None:
     assert discovery.message.startswith("8 GPUs")
 
 
-def test_standalone_discovery_without_gpus_is_a_machine_with_none(tmp_path) -> None:
-    fake = FakeNvml([], init_error=pynvml.NVMLError_LibraryNotFound())
-    discovery = StandaloneBackend(tmp_path, nvml_module=fake).discover()
+def test_nvidia_devices_whose_driver_does_not_answer_are_not_offered_as_a_cpu_machine(
+    tmp_path,
+) -> None:
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev" / "nvidia0").touch()
+    fake = FakeNvml([], init_error=pynvml.NVMLError_DriverNotLoaded())
+    backend = StandaloneBackend(
+        tmp_path, nvml_module=fake, device_nodes=str(tmp_path / "dev" / "nvidia*")
+    )
+    discovery = backend.discover()
     (machine,) = discovery.machines
     assert machine.accelerators == () and machine.cpu_count > 0
-    assert discovery.message.startswith("no GPUs found on this machine")
+    assert discovery.notices == (NOTICE_DRIVER_NOT_WORKING,)
+    assert discovery.message.startswith("no GPUs found on this machine (NVML: Driver Not Loaded)")
+    assert "driver is not working" in discovery.message
+
+
+def test_a_machine_without_nvidia_devices_hosts_on_its_cpu_less_the_reserve(tmp_path) -> None:
+    fake = FakeNvml([], init_error=pynvml.NVMLError_LibraryNotFound())
+    backend = StandaloneBackend(
+        tmp_path,
+        nvml_module=fake,
+        device_nodes=str(tmp_path / "no-such" / "nvidia*"),
+        cpu_reserve_bytes=4 << 30,
+    )
+    discovery = backend.discover()
+    (machine,) = discovery.machines
+    (cpu,) = machine.accelerators
+    assert (cpu.vendor, cpu.index, cpu.sharing_class) == ("cpu", 0, "shared")
+    assert cpu.memory_bytes == machine.system_memory_bytes - (4 << 30)
+    assert f"({machine.cpu_count} cores)" in cpu.product
+    assert discovery.notices == ()
+    assert discovery.message.startswith("no NVIDIA devices on this machine: it hosts on its CPU")

@@ -143,6 +143,6 @@ def test_taken_words_go_last_on_the_command_line_each_its_own_argument():
     settings = validate_settings(
         {"max_model_len": 4096, "other_flags": "--seed 7 --max-lora-rank 8"}
     )
-    facts = LaunchFacts("Qwen/Qwen3-8B", "qwen", 8000, "k", 0.4)
+    facts = LaunchFacts("Qwen/Qwen3-8B", "qwen", 8000, 0.4)
     argv = vllm_argv(settings, facts)
     assert argv[-6:] == ["--max-model-len", "4096", "--seed", "7", "--max-lora-rank", "8"]

@@ -63,6 +63,18 @@ def test_good_settings_start():
         ("BERTH_REPLY_WAIT_S", "5", "BERTH_REPLY_WAIT_S=5 is outside 10..1800"),
         ("BERTH_REPLY_WAIT_S", "soon", "BERTH_REPLY_WAIT_S='soon' is not a whole number"),
         ("BERTH_CREDENTIALS_KEY", None, "BERTH_CREDENTIALS_KEY is not set"),
+        ("BERTH_CPU_RESERVE_GIB", "-1", "BERTH_CPU_RESERVE_GIB=-1 is outside 0..4096"),
+        ("BERTH_CPU_RESERVE_GIB", "some", "BERTH_CPU_RESERVE_GIB='some' is not a number"),
+        (
+            "BERTH_VLLM_BIN",
+            "/no/such/vllm",
+            "BERTH_VLLM_BIN='/no/such/vllm' is not an executable file",
+        ),
+        (
+            "BERTH_LLAMA_SERVER_BIN",
+            "/tmp",
+            "BERTH_LLAMA_SERVER_BIN='/tmp' is not an executable file",
+        ),
     ],
 )
 def test_a_malformed_value_fails_start_up_naming_the_variable(variable, value, expected):

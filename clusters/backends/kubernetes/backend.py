@@ -56,6 +56,7 @@ from clusters.backends.kubernetes.manifests import (
     ENGINE_CONTAINER,
     ManifestSettings,
     build_deployment,
+    build_engine_key_secret,
     build_service,
     token_secret_name,
 )
@@ -168,6 +169,13 @@ class KubernetesBackend:
             self.core.create_namespaced_service,
             self.core.delete_namespaced_service,
             self.core.list_namespaced_service,
+        )
+        self.secrets = ObjectKind(
+            "Secret",
+            self.core.read_namespaced_secret,
+            self.core.create_namespaced_secret,
+            self.core.delete_namespaced_secret,
+            self.core.list_namespaced_secret,
         )
 
     def close(self) -> None:
@@ -359,10 +367,31 @@ class KubernetesBackend:
         settings = self.storage(spec.token_owner)
         deployment = build_deployment(spec, node, self.namespace, settings)
         service = build_service(spec, self.namespace)
+        if spec.secret_env:
+            self.write_engine_key(build_engine_key_secret(spec, self.namespace))
         self.ensure(self.deployments, deployment, spec.copy_id)
         self.ensure(self.services, service, spec.copy_id)
         port = service["spec"]["ports"][0]["port"]
         return CopyHandle(spec.copy_id, machine=spec.machine, port=port)
+
+    def write_engine_key(self, body: dict[str, Any]) -> None:
+        """Create the copy's key Secret, or give it this launch's key: a pod that starts
+        (again) reads the key the console now holds for the copy."""
+        name = body["metadata"]["name"]
+        try:
+            try:
+                self.core.create_namespaced_secret(
+                    self.namespace, body, _request_timeout=self.timeout
+                )
+            except client.ApiException as error:
+                if error.status != 409:
+                    raise
+                changed = {"stringData": body["stringData"]}
+                self.core.patch_namespaced_secret(
+                    name, self.namespace, changed, _request_timeout=self.timeout
+                )
+        except API_FAILURES as error:
+            raise self.failure(error, f"write the Secret {name}") from None
 
     def node_facts(self, name: str) -> dict[str, Any]:
         try:
@@ -429,8 +458,9 @@ class KubernetesBackend:
         return [item.metadata.name for item in items if belongs_to(item, copy_id)]
 
     def stop(self, handle: CopyHandle) -> None:
-        """Delete the copy's Deployment and Service (found by label); missing ones are fine."""
-        for kind in (self.deployments, self.services):
+        """Delete the copy's Deployment, Service and key Secret (found by label); missing ones
+        are fine."""
+        for kind in (self.deployments, self.services, self.secrets):
             for name in self.names_of_copy(kind, handle.copy_id):
                 self.delete(kind, name)
 

@@ -3,7 +3,8 @@
 Pure functions, so the manifest of every kind of copy is checked without a cluster. The shape
 follows the reference manifest (reference/gpu-clusters.md §2.2): the vllm/vllm-openai image,
 `vllm serve` with the copy's argv as args, one GPU resource, /dev/shm in memory, the Hugging Face
-cache on a volume, HF_TOKEN from a Secret, and readiness on /health.
+cache on a volume, HF_TOKEN from a Secret, the copy's engine key from a Secret of its own (never
+in the args or the Deployment), and readiness on /health.
 """
 
 from __future__ import annotations
@@ -173,7 +174,33 @@ def container_env(spec: CopySpec, settings: ManifestSettings) -> list[dict[str, 
     ]
     if "HF_TOKEN" not in spec.env:
         env.extend(hf_token_env(settings))
-    return env
+    return env + engine_key_env(spec)
+
+
+def engine_key_secret_name(spec: CopySpec) -> str:
+    return f"{object_name(spec.deployment_name, spec.ordinal)}-engine-key"
+
+
+def engine_key_env(spec: CopySpec) -> list[dict[str, Any]]:
+    """The copy's secret variables (its engine key), read from its own Secret."""
+    secret = engine_key_secret_name(spec)
+    return [
+        {"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": name}}}
+        for name in sorted(spec.secret_env)
+    ]
+
+
+def build_engine_key_secret(spec: CopySpec, namespace: str) -> dict[str, Any]:
+    """The Secret that holds the copy's engine key, labelled as the copy's like its pods."""
+    name = engine_key_secret_name(spec)
+    labels = copy_labels(spec, object_name(spec.deployment_name, spec.ordinal))
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "stringData": dict(spec.secret_env),
+    }
 
 
 def token_secret_name(owner: str, settings: ManifestSettings) -> str:
