@@ -12,8 +12,8 @@ from catalog.loader import load_catalog
 from catalog.models import ServerModel, ServerModelState, Variant
 from clusters.backends.simulator import discover_inventory
 from clusters.inventory import apply_discovery
-from clusters.registry import backend_for
 from clusters.models import Cluster, ClusterKind, SharingStrategy, Topology
+from clusters.registry import backend_for
 from console.models import Membership, Role, Team
 
 # Demo logins; the README lists them too. Change or remove them before real use.

@@ -36,31 +36,37 @@ def wait_until_healthy(url: str, process: subprocess.Popen[bytes], timeout: floa
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"the console server exited with {process.returncode}")
+            raise RuntimeError(f"the server at {url} exited with {process.returncode}")
         try:
             with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
                 if response.status == 200:
                     return
         except OSError:
             time.sleep(0.2)
-    raise RuntimeError(f"the console server did not become healthy within {timeout:.0f} s")
+    raise RuntimeError(f"the server at {url} did not become healthy within {timeout:.0f} s")
 
 
 @contextmanager
-def console_server() -> Iterator[str]:
+def console_server(**extra: str) -> Iterator[str]:
     """The console served by daphne, as `make run` serves it, on the test database."""
+    argv = ["-m", "daphne", "-b", "127.0.0.1", "-p", "PORT", "console.asgi:application"]
+    with served(argv, **extra) as url:
+        yield url
+
+
+@contextmanager
+def gateway_server(**extra: str) -> Iterator[str]:
+    """The gateway as the Procfile runs it (uvicorn), on the test database."""
+    argv = ["-m", "uvicorn", "gateway.asgi:application", "--host", "127.0.0.1", "--port", "PORT"]
+    with served([*argv, "--no-access-log"], **extra) as url:
+        yield url
+
+
+@contextmanager
+def served(python_argv: list[str], **extra: str) -> Iterator[str]:
     port = free_port()
-    env = {**os.environ, "DATABASE_URL": database_url_for_tests()}
-    args = [
-        sys.executable,
-        "-m",
-        "daphne",
-        "-b",
-        "127.0.0.1",
-        "-p",
-        str(port),
-        "console.asgi:application",
-    ]
+    env = {**os.environ, "DATABASE_URL": database_url_for_tests(), **extra}
+    args = [sys.executable, *(str(port) if a == "PORT" else a for a in python_argv)]
     # Output goes nowhere rather than to a pipe nobody reads, which could block the server.
     process = subprocess.Popen(
         args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL

@@ -48,12 +48,23 @@ def test_a_cluster_without_sharing_explains_the_notice(as_carol):
     assert "GPUs are not shared" in page and "Enable time-slicing, MPS or MIG" in page
 
 
-def test_a_standalone_cluster_without_gpus_says_so_and_stays_usable(as_alice, tmp_path, settings):
+def test_a_standalone_cluster_on_a_machine_without_nvidia_devices_hosts_on_its_cpu(
+    as_alice, tmp_path, settings
+):
     from clusters.inventory import refresh
 
     settings.STATE_DIR = tmp_path
     cluster = Cluster.objects.create(name="this-box", kind="standalone")
-    refresh(cluster)  # no NVML library or driver on this machine
+    refresh(cluster)  # this machine has no /dev/nvidia* at all
     page = as_alice.get(f"/clusters/{cluster.pk}/").content.decode()
-    assert "no GPUs found on this machine" in page
-    assert Cluster.objects.get(pk=cluster.pk).machines.count() == 1
+    assert "no NVIDIA devices on this machine: it hosts on its CPU" in page
+    (machine,) = Cluster.objects.get(pk=cluster.pk).machines.all()
+    (cpu,) = machine.accelerators.all()
+    assert cpu.vendor == "cpu" and cpu.product in page
+
+
+def test_a_cluster_whose_gpu_driver_does_not_answer_explains_the_notice(as_carol):
+    cluster = factories.make_cluster("broken-driver", sharing="")
+    Cluster.objects.filter(pk=cluster.pk).update(notices=["DriverNotWorking"])
+    page = as_carol.get(f"/clusters/{cluster.pk}/").content.decode()
+    assert "their driver does not answer" in page and "not used as a CPU machine" in page

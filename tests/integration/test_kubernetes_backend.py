@@ -19,6 +19,7 @@ kubeconfig text exactly as in production. What kmock 0.8 does not do, and how th
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import time
@@ -74,8 +75,7 @@ from clusters.backends.kubernetes.manifests import ManifestSettings
 POD = "qwen-chat-0-7d4b9c8f6-x2k8p"
 QWEN_ARGV = (
     "vllm", "serve", "Qwen/Qwen2.5-0.5B-Instruct", "--served-model-name", "qwen-chat",
-    "--host", "127.0.0.1", "--port", "8000", "--api-key", "copy-key-1",
-    "--gpu-memory-utilization", "0.8",
+    "--host", "127.0.0.1", "--port", "8000", "--gpu-memory-utilization", "0.8",
 )  # fmt: skip
 COPY_LABELS = {
     "app.kubernetes.io/managed-by": "berth",
@@ -152,6 +152,7 @@ def copy_spec(**changes: object) -> CopySpec:
         "gpu_indexes": (0,),
         "memory_share": 0.8,
         "port": 8000,
+        "secret_env": {"VLLM_API_KEY": "copy-key-1"},
     }
     return CopySpec(**{**values, **changes})
 
@@ -371,7 +372,7 @@ def test_launch_creates_the_copys_deployment_and_service(backend, cluster, apps,
     )
     assert container["args"] == [
         "Qwen/Qwen2.5-0.5B-Instruct", "--served-model-name", "qwen-chat", "--port", "8000",
-        "--api-key", "copy-key-1", "--gpu-memory-utilization", "0.8", "--host", "0.0.0.0",
+        "--gpu-memory-utilization", "0.8", "--host", "0.0.0.0",
     ]  # fmt: skip
     assert container["resources"] == {
         "requests": {"nvidia.com/gpu": "1"},
@@ -386,7 +387,21 @@ def test_launch_creates_the_copys_deployment_and_service(backend, cluster, apps,
                 "secretKeyRef": {"name": "berth-hf-token", "key": "token", "optional": True}
             },
         },
+        {
+            "name": "VLLM_API_KEY",
+            "valueFrom": {
+                "secretKeyRef": {"name": "qwen-chat-0-engine-key", "key": "VLLM_API_KEY"}
+            },
+        },
     ]
+    # The engine key is in the copy's own Secret, never in the Deployment itself.
+    assert "copy-key-1" not in json.dumps(deployment)
+    secret = raw(
+        core.read_namespaced_secret("qwen-chat-0-engine-key", NAMESPACE, _preload_content=False)
+    )
+    assert secret["metadata"]["labels"] == COPY_LABELS
+    # kmock keeps the body as posted; an API server would have turned stringData into data.
+    assert secret.get("stringData") == {"VLLM_API_KEY": "copy-key-1"}
     assert container["ports"] == [{"name": "http", "containerPort": 8000}]
     assert container["readinessProbe"] == {
         "httpGet": {"path": "/health", "port": 8000},
@@ -470,6 +485,8 @@ def test_stop_deletes_the_copys_deployment_and_service_only(backend, cluster, ap
     assert [s.metadata.name for s in core.list_namespaced_service(NAMESPACE).items] == [
         "qwen-chat-1"
     ]
+    keys = [s.metadata.name for s in core.list_namespaced_secret(NAMESPACE).items]
+    assert "qwen-chat-0-engine-key" not in keys and "qwen-chat-1-engine-key" in keys
 
 
 @pytest.mark.parametrize(

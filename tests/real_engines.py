@@ -1,0 +1,69 @@
+"""What the real-engine tests share: this machine as the standalone cluster `local`, the tiny
+model written and registered by `make_tiny_model`, and hosting through the REST API."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import httpx
+from django.core.management import call_command
+
+from clusters.inventory import apply_discovery
+from clusters.models import Cluster, ClusterKind, SharingStrategy, Topology
+from clusters.registry import backend_for
+from deployments.models import Deployment
+
+TINY = "berth/tiny-llama"
+# A quarter of this machine's CPU budget: room for the tiny model and a few GiB of KV cache,
+# without committing most of the machine's memory to one engine.
+SHARE = "0.25"
+
+
+def local_cluster(name: str = "local") -> Cluster:
+    """This machine as a standalone cluster, discovered for real (it has no NVIDIA devices)."""
+    cluster = Cluster.objects.create(
+        name=name,
+        kind=ClusterKind.STANDALONE,
+        topology=Topology.STANDALONE,
+        sharing_strategy=SharingStrategy.FRACTIONAL,
+    )
+    apply_discovery(cluster, backend_for(cluster).discover())
+    return cluster
+
+
+def tiny_model(models_dir: Path, settings) -> None:
+    settings.MODELS_DIR = models_dir
+    call_command("make_tiny_model")
+
+
+def host_through_the_api(console_url: str, key: str, name: str, variant: str, **fields) -> int:
+    body = {
+        "model": TINY,
+        "variant": variant,
+        "cluster": "local",
+        "name": name,
+        "accelerators_per_copy": SHARE,
+        **fields,
+    }
+    answer = httpx.post(
+        f"{console_url}/api/v1/deployments",
+        json=body,
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=30,
+    )
+    assert answer.status_code == 202, answer.text
+    return int(answer.json()["id"])
+
+
+def state_of(pk: int) -> str:
+    return str(Deployment.objects.get(pk=pk).state)
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
