@@ -47,9 +47,28 @@ def request_for(deployment: Deployment, copies: int | None = None) -> placement.
     )
 
 
+def engine_vendor(cluster: Cluster) -> str:
+    """The accelerators the cluster's engines run on: `cpu` where it has only CPU machines
+    (vLLM's CPU build and llama.cpp run there), else NVIDIA GPUs."""
+    vendors = set(
+        Accelerator.objects.filter(
+            machine__cluster=cluster, machine__ready=True, present=True, parent__isnull=True
+        ).values_list("vendor", flat=True)
+    )
+    return "cpu" if vendors == {"cpu"} else "nvidia"
+
+
+def for_cluster(
+    cluster: Cluster, request: placement.PlacementRequest
+) -> placement.PlacementRequest:
+    """The request for the engine builds that run on the cluster's accelerators."""
+    engine = replace(request.engine, vendor=engine_vendor(cluster))
+    return replace(request, engine=engine)
+
+
 def fit_check(cluster: Cluster, request: placement.PlacementRequest) -> placement.PlanResult:
     """How many copies fit now and on the empty cluster, and why the rest do not (no writes)."""
-    return placement.plan(inventory_for(cluster), request)
+    return placement.plan(inventory_for(cluster), for_cluster(cluster, request))
 
 
 def estimate(
@@ -98,7 +117,8 @@ def reserve(deployment: Deployment, copies: list[Copy]) -> placement.PlanResult:
     """
     with transaction.atomic():
         cluster = Cluster.objects.select_for_update().get(pk=deployment.cluster_id)
-        result = placement.plan(inventory_for(cluster), request_for(deployment, len(copies)))
+        asked = for_cluster(cluster, request_for(deployment, len(copies)))
+        result = placement.plan(inventory_for(cluster), asked)
         for copy, placed in zip(copies, result.placed, strict=False):
             write_reservation(cluster, copy, placed)
         return result

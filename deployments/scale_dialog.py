@@ -23,7 +23,7 @@ from deployments import actions
 from deployments.engine.context import DEFAULT_SHARE, SHARED_LIMIT
 from deployments.engine.variants import Hardware, hardware_of
 from deployments.models import Deployment, Reservation
-from deployments.placing import placement_request
+from deployments.placing import for_cluster, placement_request
 from deployments.wizard_forms import size_label, size_text
 
 
@@ -234,7 +234,7 @@ def scale_words(deployment: Deployment, copies: int, size: Decimal) -> ScaleWord
         )
     except ValueError as error:
         return ScaleWords(invalid(error), "", "", "", "")
-    fit = check(inventory_without(deployment), asked, hardware)
+    fit = check(inventory_without(deployment), for_cluster(deployment.cluster, asked), hardware)
     return ScaleWords(
         fit=fit,
         per_copy=per_copy_words(hardware, float(size), deployment.engine_settings),

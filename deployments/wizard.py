@@ -24,7 +24,6 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
-import placement
 from catalog.models import Model, ServerModel, ServerModelState, Variant
 from clusters.models import Cluster
 from clusters.snapshot import inventory_for
@@ -34,7 +33,7 @@ from deployments import actions, editor, scale_dialog
 from deployments.engine import presets, suggestions
 from deployments.engine.variants import advise, hardware_of, pick
 from deployments.models import Deployment
-from deployments.placing import placement_request
+from deployments.placing import fit_check, for_cluster, placement_request
 from deployments.wizard_forms import ReviewForm, WhereForm, size_choices, size_text
 
 DRAFTS_KEY = "berth_wizard_drafts"
@@ -243,8 +242,7 @@ def first_size(draft: Draft) -> str:
     if not (model and variant and cluster):
         return "1"
     try:
-        asked = placement_request(model, variant, draft.settings, 1, 1)
-        result = placement.plan(inventory_for(cluster), asked)
+        result = fit_check(cluster, placement_request(model, variant, draft.settings, 1, 1))
     except ValueError:
         return "1"
     value = Decimal(str(result.suggested_accelerators_per_copy or 1))
@@ -311,6 +309,7 @@ def fit_for(draft: Draft) -> scale_dialog.FitWords | None:
         asked = placement_request(model, variant, draft.settings, Decimal(draft.size), draft.copies)
     except ValueError as error:
         return scale_dialog.invalid(error)
+    asked = for_cluster(cluster, asked)
     return scale_dialog.check(inventory_for(cluster), asked, hardware_of(cluster))
 
 

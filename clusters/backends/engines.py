@@ -74,4 +74,3 @@ def with_binary(argv: Sequence[str], programs: EnginePrograms) -> list[str]:
     if not argv:
         raise BackendError("the engine's command line is empty")
     return [programs.binary(argv[0]), *argv[1:]]
-

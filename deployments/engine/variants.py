@@ -1,6 +1,7 @@
 """Which variant of a model suits a cluster's hardware, and how much memory each one needs.
 
-Novice mode picks for the operator: no CUDA GPU → the GGUF file on llama.cpp; FP8 where the
+Novice mode picks for the operator: no CUDA GPU → the GGUF file on llama.cpp (on a CPU machine
+vLLM's CPU build runs the 16- and 32-bit safetensors too, never FP8 or 4-bit); FP8 where the
 accelerators run it natively (compute capability 8.9 and up: Ada, Hopper); the full-precision
 variant where it fits one accelerator; a 4-bit (AWQ) variant where memory is short. Every variant
 gets a line of VRAM guidance: what one copy needs and on how many accelerators it fits.
@@ -18,6 +19,8 @@ from deployments.engine.versions import newest
 
 GUIDANCE_CONTEXT = 8_192  # the conversation length VRAM guidance is quoted for
 FP8_CAPABILITY = (8, 9)
+# What vLLM's CPU build computes in: full-precision weights only (no FP8, AWQ or GPTQ kernels).
+CPU_PRECISIONS = ("fp32", "bf16", "fp16")
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,7 @@ class Hardware:
     cuda: bool  # an NVIDIA accelerator, which vLLM's CUDA build needs
     gpus_per_machine: int
     gpu_count: int
+    cpu: bool = False  # only CPU machines (vendor cpu), which vLLM's CPU build runs on
 
     @property
     def capability_text(self) -> str:
@@ -64,6 +68,7 @@ def hardware_of(cluster: Cluster) -> Hardware:
         cuda=bool(nvidia),
         gpus_per_machine=max(per_machine.values(), default=0),
         gpu_count=len(gpus),
+        cpu=bool(gpus) and all(row.vendor == "cpu" for row in gpus),
     )
 
 
@@ -85,6 +90,8 @@ def gib(value: int) -> str:
 def runs_on(variant: Variant, hardware: Hardware) -> bool:
     if variant.engine == "llamacpp":
         return True  # llama.cpp runs on a CPU, or offloads to any GPU it finds
+    if hardware.cpu:
+        return variant.precision.lower() in CPU_PRECISIONS
     if not hardware.cuda:
         return False
     needed = capability(variant.min_compute_capability)
@@ -118,6 +125,8 @@ def advise(model: Model, variant: Variant, hardware: Hardware) -> Advice:
 
 
 def fit_words(variant: Variant, hardware: Hardware, count: int | None) -> str:
+    if hardware.cpu:
+        return cpu_fit_words(variant, hardware, count)
     if variant.engine == "vllm" and not hardware.cuda:
         return "needs an NVIDIA GPU, and this cluster has none."
     if not runs_on(variant, hardware):
@@ -133,6 +142,19 @@ def fit_words(variant: Variant, hardware: Hardware, count: int | None) -> str:
     if count:
         return f"needs {count} accelerators per copy ({product}, {gib(hardware.gpu_memory_bytes)})."
     return "does not fit the accelerators of this cluster."
+
+
+def cpu_fit_words(variant: Variant, hardware: Hardware, count: int | None) -> str:
+    if not runs_on(variant, hardware):
+        return (
+            f"{variant.precision} does not run on vLLM's CPU build (it computes in 16 or 32 "
+            "bits): choose a full-precision variant or a GGUF file."
+        )
+    if count != 1:
+        return "does not fit in the memory of the CPU machines of this cluster."
+    engine = "llama.cpp" if variant.engine == "llamacpp" else "vLLM's CPU build"
+    memory = gib(hardware.gpu_memory_bytes or 0)
+    return f"runs on {engine} in the machine's memory ({memory} for engines, no GPU)."
 
 
 def pick(model: Model, hardware: Hardware) -> tuple[Variant | None, str]:

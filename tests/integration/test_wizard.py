@@ -429,6 +429,17 @@ def test_changing_the_cluster_picks_again_without_a_reload(as_bob, bob):
     assert "Variant: awq-int4" in text(swapped) and "Tesla-T4" in text(swapped)
 
 
+def test_on_a_cpu_machine_guidance_never_offers_fp8_and_names_the_cpu_build(as_bob, bob):
+    cluster_of("laptop", card=("CPU", 64 * 2**30, ""), gpus=1, vendor="cpu")
+    page = text(as_bob.get(start(as_bob, model=model("Qwen/Qwen3-8B").pk)))
+    per_copy = r"About [0-9.]+ GiB per copy at 8,192 tokens:"
+    assert re.search(rf"fp8 {per_copy} fp8 does not run on vLLM's CPU build", page)
+    assert re.search(
+        rf"bf16 {per_copy} runs on vLLM's CPU build in the machine's memory \(64.0 GiB", page
+    )
+    assert "runs natively" not in page
+
+
 def test_each_variant_gets_vram_guidance(as_bob, bob):
     cluster_of("lab", card=T4, gpus=1)
     page = text(as_bob.get(start(as_bob, model=model("Qwen/Qwen3-8B").pk)))
