@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from catalog.downloads import mark_must_redownload
 from clusters.backends.base import BackendError, CopyHandle, CopySpec
+from clusters.backends.engines import EngineMissing
 from clusters.backends.local import WaitForRoom
 from clusters.backends.supervisor import free_port
 from clusters.models import Accelerator, ClusterKind
@@ -305,6 +306,10 @@ def launch(copy_id: int) -> None:
             copy, {C.STARTING}, C.PENDING, message=str(waiting), pending_reason=str(waiting)
         )
         lifecycle.refresh_state(copy.deployment_id)
+        return
+    except EngineMissing as missing:
+        # Trying again cannot help until someone installs the engine: it waits for the operator.
+        lifecycle.fail_copy(copy, Failure(ErrorCode.RUNTIME_ERROR, True, str(missing)))
         return
     except BackendError as error:
         lifecycle.fail_copy(copy, Failure(ErrorCode.RUNTIME_ERROR, False, str(error)))
