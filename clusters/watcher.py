@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 import psycopg
@@ -166,7 +167,8 @@ def scrape_once(cluster_id: int) -> None:
     backend = backend_for(serving[0].deployment.cluster)
     by_deployment: dict[int, list[list[MetricSample]]] = {}
     for copy in serving:
-        by_deployment.setdefault(copy.deployment_id, []).append(backend.metrics(handle_for(copy)))
+        handle = replace(handle_for(copy), api_key=copy.engine_api_key())
+        by_deployment.setdefault(copy.deployment_id, []).append(backend.metrics(handle))
     for deployment_id, samples in by_deployment.items():
         figures.record(deployment_id, samples)
 

@@ -44,6 +44,8 @@ class Reassembly:
             self.error = chunk
             return
         self.head = self.head or {k: chunk.get(k) for k in ("id", "created", "model")}
+        if chunk.get("system_fingerprint"):  # which engine build answered (vLLM sends it)
+            self.head["system_fingerprint"] = chunk["system_fingerprint"]
         if isinstance(chunk.get("usage"), dict):
             self.usage = chunk["usage"]
         for part in chunk.get("choices") or ():

@@ -61,9 +61,13 @@ def state_of(pk: int) -> str:
 
 
 def port_is_free(port: int) -> bool:
+    """Nothing listens on the port, so a new engine can (as every server does, with
+    SO_REUSEADDR: the gateway's closed connections may linger in TIME_WAIT for a minute)."""
     with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind(("127.0.0.1", port))
+            probe.listen()
         except OSError:
             return False
     return True

@@ -105,6 +105,8 @@ class CopyHandle:
     pid: int | None = None
     port: int | None = None
     pod_name: str = ""
+    # The copy's engine key, for what the engine guards with it (llama.cpp's /metrics).
+    api_key: str = field(default="", repr=False, compare=False)
 
 
 @dataclass(frozen=True)

