@@ -27,7 +27,7 @@ from clusters.models import Cluster
 from console.access import NEEDS_OPERATE, get_deployment
 from deployments import actions, launching
 from deployments.engine import presets, suggestions
-from deployments.engine.argv import LaunchFacts, preview_argv
+from deployments.engine.argv import LaunchFacts, cpu_threads, preview_argv
 from deployments.engine.context import EngineContext
 from deployments.engine.settings import CATALOG, EngineSettingsError, validate_settings
 from deployments.engine.variants import hardware_of
@@ -66,6 +66,9 @@ CONTROL_OF = {
     "trust_remote_code": "trust_remote_code",
 }
 NOVICE_CONTROL_OF = {"tool_call_parser": "tool_calling", "reasoning_parser": "thinking"}
+# Controls the CPU build has no use for: Berth sizes its memory from the copy's budget
+# (VLLM_CPU_KVCACHE_SPACE), and it never receives --gpu-memory-utilization.
+CUDA_ONLY_CONTROLS = {"memory_share"}
 FLAG_LIST_LIMIT = 400
 
 
@@ -97,6 +100,7 @@ class Where:
             size=self.size,
             gpu_memory_bytes=hardware.gpu_memory_bytes if hardware else None,
             gpu_product=hardware.product if hardware else "",
+            on_cpu=bool(hardware and hardware.cpu),
         )
 
 
@@ -164,6 +168,11 @@ class EditorState:
         chosen = self.novice_groups() if self.novice else GROUPS
         if self.context.engine == "llamacpp":
             chosen = [("Context and throughput", ["max_model_len", "max_num_seqs"])]
+        if self.context.on_cpu:
+            chosen = [
+                (title, [n for n in names if n not in CUDA_ONLY_CONTROLS])
+                for title, names in chosen
+            ]
         why = self.suggestion_by_control()
         warned = self.warnings_by_control()
         changed = self.changed_controls()
@@ -221,6 +230,14 @@ class EditorState:
         return flag_list(self.context.version).search(query)[:FLAG_LIST_LIMIT]
 
 
+def most_cores(cluster: Cluster | None) -> int:
+    """The cores of the cluster's largest ready machine: where a CPU copy's threads come from."""
+    if cluster is None:
+        return 1
+    counts = cluster.machines.filter(ready=True).values_list("cpu_count", flat=True)
+    return max(counts, default=1)
+
+
 def preview_for(where: Where, context: EngineContext, settings: dict[str, Any]) -> list[str]:
     """The argv the launcher will build for a copy, from the same argv function."""
     facts = LaunchFacts(
@@ -230,6 +247,8 @@ def preview_for(where: Where, context: EngineContext, settings: dict[str, Any]) 
         gpu_memory_utilization=context.share(settings),
         tensor_parallel=context.tensor_parallel,
         revision=where.revision,
+        on_cpu=context.on_cpu,
+        cpu_threads=cpu_threads(where.size, most_cores(where.cluster)) if context.on_cpu else 0,
     )
     try:
         gguf = where.gguf_path or f"{where.model.repo_id}/{where.variant.gguf_file}"

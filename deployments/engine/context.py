@@ -28,6 +28,7 @@ class EngineContext:
     size: float = 1.0  # accelerators per copy
     gpu_memory_bytes: int | None = None  # one accelerator a copy runs on; None: not known
     gpu_product: str = ""
+    on_cpu: bool = False  # the cluster's machines host on their CPUs (vLLM's CPU build)
 
     @property
     def engine(self) -> str:

@@ -194,6 +194,23 @@ def test_the_preview_is_the_argv_handed_to_the_backend(as_bob, bob, red, cluster
     assert preview_of(advanced(as_bob).get(editor_url(deployment))) == shown
 
 
+def test_on_a_cpu_machine_the_preview_is_the_cpu_builds_argv_and_no_memory_share_is_offered(
+    as_bob, bob, red
+):
+    laptop = cluster_of("laptop", card=("CPU (8 cores)", 60 * 2**30, ""), gpus=1, vendor="cpu")
+    deployment = deployment_of(red, laptop, accelerators_per_copy=Decimal("0.5"))
+    copy = factories.make_copy(deployment)
+    placing.reserve(deployment, [copy])
+    launched = launching.engine_argv(Copy.objects.get(pk=copy.pk), 8123)
+    assert "--gpu-memory-utilization" not in launched
+    page = advanced(as_bob).get(editor_url(deployment))
+    assert preview_of(page) == [PORT_SHOWN if item == "8123" else item for item in launched]
+    assert 'name="memory_share"' not in page.content.decode()
+    spec = launching.spec_for(Copy.objects.get(pk=copy.pk), 8123, "engine-key")
+    assert spec.on_cpu and spec.env["OMP_NUM_THREADS"] == "16"  # ⌊0.5 × 32 cores⌋
+    assert spec.secret_env == {"VLLM_API_KEY": "engine-key"}
+
+
 def test_the_memory_share_is_capped_and_the_editor_says_so(as_bob, bob, red, cluster):
     half = deployment_of(red, cluster, name="half", accelerators_per_copy=Decimal("0.5"))
     advanced(as_bob)
