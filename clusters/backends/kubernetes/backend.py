@@ -263,17 +263,7 @@ class KubernetesBackend:
                 },
                 "stringData": {self.settings.hf_token_key: token},
             }
-            try:
-                self.core.create_namespaced_secret(
-                    self.namespace, body, _request_timeout=self.timeout
-                )
-            except client.ApiException as error:
-                if error.status != 409:
-                    raise
-                changed = {"stringData": body["stringData"]}  # the API server merges it into data
-                self.core.patch_namespaced_secret(
-                    name, self.namespace, changed, _request_timeout=self.timeout
-                )
+            self.put_secret(body)
         except client.ApiException as error:
             if error.status == 404 and not token:
                 return
@@ -375,23 +365,24 @@ class KubernetesBackend:
         return CopyHandle(spec.copy_id, machine=spec.machine, port=port)
 
     def write_engine_key(self, body: dict[str, Any]) -> None:
-        """Create the copy's key Secret, or give it this launch's key: a pod that starts
-        (again) reads the key the console now holds for the copy."""
-        name = body["metadata"]["name"]
+        """The copy's key Secret with this launch's key: a pod that starts (again) reads the
+        key the console now holds for the copy."""
         try:
-            try:
-                self.core.create_namespaced_secret(
-                    self.namespace, body, _request_timeout=self.timeout
-                )
-            except client.ApiException as error:
-                if error.status != 409:
-                    raise
-                changed = {"stringData": body["stringData"]}
-                self.core.patch_namespaced_secret(
-                    name, self.namespace, changed, _request_timeout=self.timeout
-                )
+            self.put_secret(body)
         except API_FAILURES as error:
-            raise self.failure(error, f"write the Secret {name}") from None
+            raise self.failure(error, f"write the Secret {body['metadata']['name']}") from None
+
+    def put_secret(self, body: dict[str, Any]) -> None:
+        """Create the Secret, or give the one that exists this body's values."""
+        try:
+            self.core.create_namespaced_secret(self.namespace, body, _request_timeout=self.timeout)
+        except client.ApiException as error:
+            if error.status != 409:
+                raise
+            changed = {"stringData": body["stringData"]}  # the API server merges it into data
+            self.core.patch_namespaced_secret(
+                body["metadata"]["name"], self.namespace, changed, _request_timeout=self.timeout
+            )
 
     def node_facts(self, name: str) -> dict[str, Any]:
         try:
