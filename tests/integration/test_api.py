@@ -723,12 +723,12 @@ def test_clusters_list_machines_and_gpus_but_never_credentials(demo, carol):
     response = Caller(carol).get("/clusters")
     assert "very-secret-token" not in response.content.decode()
     assert "kubeconfig" not in response.content.decode()
-    (cluster,) = response.json()
-    assert (cluster["name"], cluster["kind"], cluster["sharing_strategy"]) == (
-        "demo",
-        "simulator",
-        "fractional",
-    )
+    listed = {c["name"]: c for c in response.json()}
+    assert sorted(listed) == ["demo", "local"]  # the demo's simulated cluster and this machine
+    cluster = listed["demo"]
+    assert (cluster["kind"], cluster["sharing_strategy"]) == ("simulator", "fractional")
+    (this_machine,) = listed["local"]["machines"]
+    assert [g["vendor"] for g in this_machine["gpus"]] == ["cpu"]
     machines = {m["name"]: m for m in cluster["machines"]}
     assert machines["h100-1"]["gpu_count"] == 4
     assert machines["h100-1"]["gpus"][0]["memory_gb"] == pytest.approx(79.65, abs=0.01)
@@ -739,7 +739,7 @@ def test_clusters_list_machines_and_gpus_but_never_credentials(demo, carol):
 
 def test_a_gpu_discovery_no_longer_reports_is_not_listed(demo, carol):
     Accelerator.objects.filter(machine__name="h100-1", index=3).update(present=False)
-    (cluster,) = Caller(carol).get("/clusters").json()
+    cluster = next(c for c in Caller(carol).get("/clusters").json() if c["name"] == "demo")
     h100 = next(m for m in cluster["machines"] if m["name"] == "h100-1")
     assert h100["gpu_count"] == 3 and [g["index"] for g in h100["gpus"]] == [0, 1, 2]
 
