@@ -79,7 +79,17 @@ RULES = [
         "Check the GPU driver and that the engine can see the GPU; restart GPU services if needed.",
     ),
     rule(
+        r"User-specified max_model_len \(\d+\) is greater than the derived max_model_len",
+        ErrorCode.RUNTIME_ERROR,
+        LogPattern.NONE,
+        True,
+        "The longest conversation (max model length) is longer than the model's own maximum: "
+        "lower it under Engine settings, or leave it empty for the model's own.",
+    ),
+    rule(
         r"(Error loading|Failed to load|Cannot load|could not load) (the )?model|"
+        r"Cannot find any model weights|"
+        r"failed to open GGUF file|data is not within the file bounds|"
         r"does not appear to have a file named|safetensors_rust\.SafetensorError|"
         r"No such file or directory: .*(safetensors|config\.json|\.gguf)|"
         r"is not a valid model|Repository Not Found",
@@ -89,7 +99,8 @@ RULES = [
         "Check that every model file is present and matches the revision; re-download the model.",
     ),
     rule(
-        r"error: unrecognized arguments|error: argument --|invalid choice:",
+        r"error: unrecognized arguments|error: argument --|invalid choice:|"
+        r"^error: invalid argument: ",  # llama.cpp's words for a flag it does not know
         ErrorCode.RUNTIME_ERROR,
         LogPattern.NONE,
         True,
@@ -146,13 +157,14 @@ def classify(lines: Iterable[str], exit_code: int | None = None) -> Failure | No
     """The failure these lines (an engine's output, oldest first) and exit status show, if any.
 
     The most specific rule that matches any line wins; among lines matching the same rule,
-    the last is kept, since engines print the root cause last.
+    the first is kept: vLLM prints the root cause first, then the wrappers of its other
+    processes ("… See root cause above."), as the real engine showed.
     """
     best: tuple[int, str] | None = None
     for line in lines:
         text = message_of(line)
         for rank, candidate in enumerate(RULES):
-            if candidate.pattern.search(text) and (best is None or rank <= best[0]):
+            if candidate.pattern.search(text) and (best is None or rank < best[0]):
                 best = (rank, text)
                 break
     if best is not None:

@@ -1,0 +1,209 @@
+"""vLLM's CPU build and the engine simulator, side by side: each scenario runs on both with the
+same argv and environment and asserts what the real engine does, read through Berth's own code.
+Where the simulator says something else, the simulator is wrong (it is vLLM's double).
+
+The serving engines are started once per kind for the module (`--enforce-eager`, as the CPU
+build starts fastest so); the failure scenarios each start and end their own.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from catalog.tiny_model import write_tiny_model
+from clusters.backends.engines import EnginePrograms
+from deployments import figures
+from deployments.choices import ErrorCode
+from tests import factories
+from tests.conformance.harness import KEY, REAL, SERVED, SIMULATED, Started, start
+from tests.integration.test_gateway import client, key_for, on_offer
+from tests.integration.test_gateway import serving as ready_deployment
+from tests.processes import gateway_server
+from tests.real_engines import port_is_free
+
+pytestmark = pytest.mark.timeout(600)
+KINDS = [REAL, SIMULATED]
+# What the CPU build needs to start small (reference/real-engines.md §1); the simulator ignores
+# the variables it has no use for, as vLLM ignores BERTH_SIM_*.
+# BERTH_SIM_VLLM_VERSION: the simulator answers as the vLLM version installed here.
+THREADS = {"OMP_NUM_THREADS": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+ENV = {**THREADS, "VLLM_CPU_KVCACHE_SPACE": "1", "BERTH_SIM_VLLM_VERSION": "0.32.0"}
+HELLO = [{"role": "user", "content": "Hello"}]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    return write_tiny_model(tmp_path_factory.mktemp("models") / "tiny-llama").folder
+
+
+@pytest.fixture(scope="module")
+def state_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("engines")
+
+
+def vllm(tiny: Path, *flags: str) -> list[str]:
+    return ["vllm", "serve", str(tiny), "--dtype", "float32", *flags]
+
+
+@pytest.fixture(scope="module")
+def serving(tiny, state_dir) -> Iterator[dict[str, Started]]:
+    """One serving engine of each kind, started at once (they load side by side)."""
+    EnginePrograms().binary("vllm")  # missing: fails here, naming `make engines`
+    env = {**ENV, "VLLM_CACHE_ROOT": str(state_dir / "vllm-cache")}
+    flags = ["--served-model-name", SERVED, "--max-model-len", "512", "--enforce-eager"]
+    started = {kind: start(kind, state_dir, tiny, vllm(tiny, *flags), env) for kind in KINDS}
+    for engine in started.values():
+        engine.wait({"ready"}, 400)
+    yield started
+    for engine in started.values():
+        engine.stop()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_health_answers_200_with_an_empty_body_once_ready(kind, serving):
+    assert serving[kind].observe().status == "ready"
+    assert serving[kind].get("/health") == (200, b"")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_models_list_names_the_served_model(kind, serving):
+    status, body = serving[kind].get("/v1/models")
+    assert status == 200
+    assert [entry["id"] for entry in json.loads(body)["data"]] == [SERVED]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_without_the_key_the_engine_refuses_with_401(kind, serving):
+    assert serving[kind].get("/v1/models", key="")[0] == 401
+    assert serving[kind].get("/v1/models", key="wrong")[0] == 401
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_unknown_model_is_a_404_naming_it(kind, serving):
+    body = {"model": "x", "messages": HELLO, "max_tokens": 2}
+    answer = httpx.post(
+        f"http://127.0.0.1:{serving[kind].port}/v1/chat/completions",
+        json=body,
+        headers={"Authorization": f"Bearer {KEY}"},
+        timeout=30,
+    )
+    assert answer.status_code == 404
+    error = answer.json()["error"]
+    assert error["message"] == f"The model `x` does not exist. Valid aliases: {SERVED}."
+    assert (error["type"], error["code"]) == ("NotFoundError", 404)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("kind", KINDS)
+def test_chat_through_the_gateway_streams_and_reassembles_with_the_engines_fingerprint(
+    kind, serving
+):
+    team = factories.make_team("red")
+    bob = factories.make_user("bob")
+    factories.add_member(bob, team, "operator")
+    deployment = ready_deployment(factories.make_deployment(SERVED, team), serving[kind].port)
+    key = key_for(bob)
+    with gateway_server(BERTH_GATEWAY_REFRESH_S="0.2") as url:
+        on_offer(url, key, deployment.name)
+        openai = client(url, key)
+        reply = openai.chat.completions.create(model=SERVED, messages=HELLO, max_tokens=5)
+        chunks = list(
+            openai.chat.completions.create(model=SERVED, messages=HELLO, max_tokens=5, stream=True)
+        )
+        text = openai.completions.create(model=SERVED, prompt="Hello", max_tokens=5)
+    assert reply.usage.completion_tokens == 5 and reply.usage.prompt_tokens > 0
+    assert reply.choices[0].finish_reason == "length"
+    assert reply.system_fingerprint.startswith("vllm-0.32.0-")
+    assert {c.system_fingerprint for c in chunks} - {None} == {reply.system_fingerprint}
+    assert chunks[-1].choices[0].finish_reason == "length"
+    assert text.choices[0].finish_reason == "length" and text.usage.completion_tokens == 5
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_metrics_become_berths_engine_figures(kind, serving):
+    totals: dict[str, float] = {}
+    figures.add_copy(totals, serving[kind].backend.metrics(serving[kind].handle))
+    assert set(totals) == {
+        "requests_running",
+        "requests_waiting",
+        "prompt_tokens_total",
+        "generation_tokens_total",
+        "ttft_seconds_sum",
+        "ttft_count",
+        "kv_cache_usage",
+    }
+
+
+# ---------------------------------------------------------------- failures at start
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_longer_context_than_the_models_fails_for_good_with_the_engines_line(
+    kind, tiny, state_dir
+):
+    engine = start(kind, state_dir, tiny, vllm(tiny, "--max-model-len", "4096"), ENV)
+    seen, failure = engine.failure()
+    assert (seen.status, seen.exit_code) == ("exited", 1)
+    assert failure is not None and failure.permanent
+    assert failure.line.startswith(
+        "Value error, User-specified max_model_len (4096) is greater than the derived "
+        "max_model_len (max_position_embeddings=2048"
+    )
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_unknown_flag_fails_for_good_with_exit_code_2(kind, tiny, state_dir):
+    engine = start(kind, state_dir, tiny, vllm(tiny, "--no-such-flag", "3"), ENV)
+    seen, failure = engine.failure()
+    assert (seen.status, seen.exit_code) == ("exited", 2)
+    assert failure is not None and failure.permanent
+    assert failure.code == ErrorCode.RUNTIME_ERROR
+    assert failure.line == "vllm: error: unrecognized arguments: --no-such-flag 3"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_missing_weights_are_a_loading_failure_named_by_the_root_cause(
+    kind, tiny, state_dir, tmp_path
+):
+    without = tmp_path / "no-weights"
+    shutil.copytree(tiny, without)
+    (without / "model.safetensors").unlink()
+    (without / "tiny-llama-f32.gguf").unlink()
+    engine = start(kind, state_dir, without, vllm(without, "--max-model-len", "512"), ENV)
+    seen, failure = engine.failure()
+    assert (seen.status, seen.exit_code) == ("exited", 1)
+    assert failure is not None and failure.permanent
+    assert failure.code == ErrorCode.MODEL_LOADING_FAILURE
+    assert failure.line == f"RuntimeError: Cannot find any model weights with `{without}`"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_cache_too_small_for_the_context_is_an_oom_naming_the_longest_that_fits(
+    kind, tiny, state_dir
+):
+    flags = ["--max-model-len", "2048", "--kv-cache-memory-bytes", "1048576", "--enforce-eager"]
+    # The CPU build takes VLLM_CPU_KVCACHE_SPACE over the flag: here the flag must size it.
+    env = {name: value for name, value in ENV.items() if name != "VLLM_CPU_KVCACHE_SPACE"}
+    engine = start(kind, state_dir, tiny, vllm(tiny, *flags), env)
+    seen, failure = engine.failure()
+    assert (seen.status, seen.exit_code) == ("exited", 1)
+    assert failure is not None and failure.permanent and failure.code == ErrorCode.OOM
+    assert "The engine says a longest conversation of 384 tokens would fit" in failure.fix
+
+
+# ---------------------------------------------------------------- the end
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_sigterm_ends_the_engine_with_exit_0_and_frees_its_port(kind, serving):
+    engine = serving[kind]
+    engine.stop()
+    seen = engine.wait({"exited", "gone"}, 30)
+    assert (seen.status, seen.exit_code) == ("exited", 0)
+    assert port_is_free(engine.port)
