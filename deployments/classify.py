@@ -119,9 +119,10 @@ LONGEST_CONTEXT = re.compile(r"estimated maximum model length is (\d+)")
 
 
 def clean(line: str) -> str:
-    """Strip colour codes and vLLM's process prefix, e.g. '(APIServer pid=12) '."""
+    """Strip colour codes and vLLM's process prefix: '(APIServer pid=12) ', '(EngineCore pid=3) ',
+    '(Worker pid=7) ' (the CPU build's workers print the root cause of a failed load)."""
     text = ANSI.sub("", line).strip()
-    return re.sub(r"^\((APIServer|EngineCore\w*) pid=\d+\)\s*", "", text)
+    return re.sub(r"^\(\w+ pid=\d+\)\s*", "", text)
 
 
 def message_of(line: str) -> str:

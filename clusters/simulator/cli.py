@@ -2,16 +2,21 @@
 
 The parser mirrors vLLM's FlexibleArgumentParser where Berth depends on it: ``--flag_name`` is
 ``--flag-name``, ``--flag=value`` works, ``--max-model-len`` reads ``1k``/``1K``/``auto``, and an
-invalid choice exits 2 with argparse's message. Any other flag (``--swap-space 16``,
+invalid choice exits 2 with argparse's message. Any other flag vLLM has (``--swap-space 16``,
 ``--trust-remote-code``, ``-cc.pass_config.x=True``) is accepted and reported as ignored, so a
-launcher can pass the argv it would pass to vLLM.
+launcher can pass the argv it would pass to vLLM; a flag the simulated vLLM version does not
+have is refused as vLLM refuses it (exit 2, "unrecognized arguments"), where a flag list of that
+version exists (deployments/engine/flags, generated from vLLM's own argument definitions: data
+read by path, not code imported, so the simulator stays below the layers that use it).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 from collections.abc import Sequence
+from pathlib import Path
 
 DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
 KV_CACHE_DTYPES = (
@@ -102,6 +107,31 @@ def add_serve_flags(serve: argparse.ArgumentParser) -> None:
     add("--task", choices=TASKS, default=None)
     add("--disable-log-stats", action="store_true")
     add("--disable-uvicorn-access-log", action="store_true")
+
+
+FLAG_LISTS = Path(__file__).resolve().parents[2] / "deployments" / "engine" / "flags"
+
+
+def known_options(version: str) -> set[str] | None:
+    """Every option of `vllm serve` in that version; None when no list of it exists."""
+    path = FLAG_LISTS / f"vllm-{version}.json"
+    if not path.is_file():
+        return None
+    return {option for entry in json.loads(path.read_text())["flags"] for option in entry["flags"]}
+
+
+def is_known(flag: str, known: set[str]) -> bool:
+    """`--compilation-config.x=1` is `--compilation-config`'s; `--no-x` negates `--x`."""
+    name = flag.split("=", 1)[0].split(".", 1)[0]
+    return name in known or (name.startswith("--no-") and "--" + name[5:] in known)
+
+
+def unrecognized(ignored: Sequence[Sequence[str]], version: str) -> list[str]:
+    """The tokens vLLM's parser would leave over, as its error lists them."""
+    known = known_options(version)
+    if known is None:
+        return []
+    return [token for group in ignored if not is_known(group[0], known) for token in group]
 
 
 def normalise(argv: Sequence[str]) -> list[str]:

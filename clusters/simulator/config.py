@@ -123,18 +123,24 @@ def check_utilization(value: float) -> None:
 
 
 def check_max_len(max_len: int, facts: ModelFacts) -> None:
+    """vLLM 0.32 refuses it in pydantic's validation of ModelConfig, in pydantic's words."""
     if max_len <= facts.max_model_len or os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN") == "1":
         return
-    raise ConfigFailure(
-        "ValueError",
+    reason = (
         f"User-specified max_model_len ({max_len}) is greater than the derived max_model_len "
-        f"(max_position_embeddings={facts.max_model_len} or model_max_length=None in model's "
-        "config.json). To allow overriding this maximum, set the env var "
+        f"(max_position_embeddings={float(facts.max_model_len)} or model_max_length=None in "
+        "model's config.json). To allow overriding this maximum, set the env var "
         "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1. VLLM_ALLOW_LONG_MAX_MODEL_LEN must be used with "
         "extreme caution. If the model uses relative position encoding (RoPE), positions "
         "exceeding derived_max_model_len lead to nan. If the model uses absolute position "
         "encoding, positions exceeding derived_max_model_len will cause a CUDA array "
-        "out-of-bounds error.",
+        "out-of-bounds error."
+    )
+    raise ConfigFailure(
+        "pydantic_core._pydantic_core.ValidationError",
+        "1 validation error for ModelConfig\n"
+        f"  Value error, {reason} [type=value_error, input_type=ArgsKwargs]\n"
+        "    For further information visit https://errors.pydantic.dev/2.14/v/value_error",
     )
 
 

@@ -72,11 +72,12 @@ import socket
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from aiohttp import web
 
 from clusters.simulator import memory
-from clusters.simulator.cli import parse_argv
+from clusters.simulator.cli import parse_argv, unrecognized
 from clusters.simulator.config import ConfigFailure, Resolved, gpu_state, next_attempt, resolve
 from clusters.simulator.contract import SettingsError, SimSettings, build_env, serve_argv
 from clusters.simulator.memory import GIB, MemoryPlan, StartupFailure, gib
@@ -93,8 +94,10 @@ CUDA_ERROR = (
     "stacktrace below might be incorrect."
 )
 ENGINE_INIT_FAILED = (
-    "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"
+    "RuntimeError: Engine core initialization failed. See root cause above. "
+    "Failed core proc(s): {'EngineCore': 1}"
 )
+WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt")
 ENGINE_DEAD_ERROR = (
     "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. "
     "See stack trace (above) for the root cause."
@@ -285,6 +288,11 @@ class Engine:
             f"Model loading took {gib(weights)} GiB memory and {load_s + 0.05:.6f} seconds",
         )
 
+    def _weights_missing(self) -> bool:
+        """A local folder without a checkpoint: vLLM's loader finds nothing to load."""
+        folder = Path(self.model)
+        return folder.is_dir() and not any(any(folder.glob(p)) for p in WEIGHT_FILES)
+
     def _load_failure(
         self, resolved: Resolved, injected: StartupFailure | None
     ) -> StartupFailure | None:
@@ -292,6 +300,10 @@ class Engine:
             return self._forced_oom(resolved)
         if injected is not None and injected.stage == "load":
             return injected
+        if self._weights_missing():
+            return StartupFailure(
+                "load", "RuntimeError", f"Cannot find any model weights with `{self.model}`"
+            )
         try:
             memory.check_weights(resolved.facts, resolved.shape, gpu_state(self.settings))
         except StartupFailure as failure:
@@ -486,6 +498,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if ns.command != "serve":
         print("usage: python -m clusters.simulator.engine serve MODEL [flags…]", file=sys.stderr)
+        return 2
+    if unknown := unrecognized(ignored, settings.vllm_version):
+        print("usage: vllm serve [model_tag] [options]", file=sys.stderr)
+        print(f"vllm: error: unrecognized arguments: {' '.join(unknown)}", file=sys.stderr)
         return 2
     with contextlib.suppress(KeyboardInterrupt):
         return asyncio.run(Engine(ns, ignored, settings).run())

@@ -9,6 +9,7 @@ was given: models, chat/completions, completions, embeddings. Errors use vLLM's 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import time
 import uuid
@@ -109,7 +110,10 @@ async def read_body(request: web.Request) -> dict[str, Any]:
 def check_model(state: EngineState, body: dict[str, Any]) -> None:
     model = body.get("model")
     if model and model not in state.served_names:
-        raise ApiError(404, f"The model `{model}` does not exist.", "NotFoundError")
+        aliases = ", ".join(state.served_names)  # vLLM 0.32 names what it does serve
+        raise ApiError(
+            404, f"The model `{model}` does not exist. Valid aliases: {aliases}.", "NotFoundError"
+        )
 
 
 def positive_int(body: dict[str, Any], key: str, default: int | None) -> int | None:
@@ -326,7 +330,19 @@ def completion_choice(index: int, generation: Generation) -> dict[str, Any]:
 
 
 def envelope(state: EngineState, request_id: str, obj: str) -> dict[str, Any]:
-    return {"id": request_id, "object": obj, "created": int(time.time()), "model": state.name}
+    return {
+        "id": request_id,
+        "object": obj,
+        "created": int(time.time()),
+        "model": state.name,
+        "system_fingerprint": fingerprint(state.version),
+    }
+
+
+def fingerprint(version: str) -> str:
+    """vLLM's `vllm-<version>-<8 hex>`: the build that answered (the same for every reply)."""
+    digest = hashlib.sha256(f"berth-engine-simulator-{version}".encode()).hexdigest()
+    return f"vllm-{version}-{digest[:8]}"
 
 
 # ---------------------------------------------------------------- streaming

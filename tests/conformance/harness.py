@@ -23,13 +23,16 @@ from deployments.classify import Failure, classify
 KEY = "sk-engine-only-the-gateway-knows"
 SERVED = "tiny"
 REAL, SIMULATED = "real", "simulated"
-# The simulated machine: one GPU, so the simulator's memory model has room to run the model.
+# The simulated machine: a GPU per engine the suite runs at once, so that no simulated engine
+# waits for another's memory (the real engines share this machine's CPU by their own budgets).
+SIM_GPUS = 8
 SIM_INVENTORY = {
     "machines": [
         {
             "name": "sim-1",
             "accelerators": [
-                {"index": 0, "product": "NVIDIA-L4", "memory_mib": 23034, "uuid": "GPU-sim-0"}
+                {"index": n, "product": "NVIDIA-L4", "memory_mib": 23034, "uuid": f"GPU-sim-{n}"}
+                for n in range(SIM_GPUS)
             ],
         }
     ]
@@ -96,14 +99,15 @@ def start(
     port = free_port()
     argv = [*command, "--host", "127.0.0.1", "--port", str(port)]
     real = kind == REAL
+    copy_id = next(_next_copy)
     spec = CopySpec(
-        copy_id=next(_next_copy),
+        copy_id=copy_id,
         deployment_name=SERVED,
         ordinal=0,
         argv=tuple(argv),
         env=env,
         machine="this-machine" if real else "sim-1",
-        gpu_indexes=() if real else (0,),
+        gpu_indexes=() if real else (copy_id % SIM_GPUS,),
         memory_share=0.0 if real else 0.8,
         port=port,
         on_cpu=real,
