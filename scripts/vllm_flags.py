@@ -216,6 +216,10 @@ class Typer:
         literals = [lit for m, p in members for lit in self.literals(m, p, 0)]
         if any(self.is_config_class(m, p) for m, p in members):
             result.kind = "json"
+        elif sorted(names) == ["bool", "str"] and result.nullable:
+            # get_kwargs: `bool | str | None` is an optional-valued string (`--hf-token [TOKEN]`,
+            # nargs="?", const=True), not a switch: there is no --no-hf-token (vllm --help=all).
+            result.kind = "str"
         elif "bool" in names:
             result.kind = "bool"
         elif literals:
