@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from deployments.choices import ErrorCode, LogPattern
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# llama.cpp's own prefix: time since start and a level letter, "0.00.004.029 E ".
+LLAMA_CPP_PREFIX = re.compile(r"^\d+\.\d+\.\d+\.\d+ [DIWE] ")
 
 
 @dataclass(frozen=True)
@@ -119,9 +121,11 @@ LONGEST_CONTEXT = re.compile(r"estimated maximum model length is (\d+)")
 
 
 def clean(line: str) -> str:
-    """Strip colour codes and vLLM's process prefix: '(APIServer pid=12) ', '(EngineCore pid=3) ',
-    '(Worker pid=7) ' (the CPU build's workers print the root cause of a failed load)."""
+    """Strip colour codes, llama.cpp's time and level, and vLLM's process prefix: '(APIServer
+    pid=12) ', '(EngineCore pid=3) ', '(Worker pid=7) ' (the CPU build's workers print the root
+    cause of a failed load)."""
     text = ANSI.sub("", line).strip()
+    text = LLAMA_CPP_PREFIX.sub("", text)
     return re.sub(r"^\(\w+ pid=\d+\)\s*", "", text)
 
 

@@ -21,6 +21,11 @@ SUMMED = {
     "vllm:generation_tokens_total": "generation_tokens_total",
     "vllm:time_to_first_token_seconds_sum": "ttft_seconds_sum",
     "vllm:time_to_first_token_seconds_count": "ttft_count",
+    # llama.cpp's names for the same figures (it reports no cache use and no TTFT histogram).
+    "llamacpp:requests_processing": "requests_running",
+    "llamacpp:requests_deferred": "requests_waiting",
+    "llamacpp:prompt_tokens_total": "prompt_tokens_total",
+    "llamacpp:tokens_predicted_total": "generation_tokens_total",
 }
 KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 

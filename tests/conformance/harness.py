@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -114,4 +114,5 @@ def start(
         secret_env={"VLLM_API_KEY": KEY, "LLAMA_API_KEY": KEY},
     )
     backend = backend_of(kind, state_dir, folder)
-    return Started(kind, backend, backend.launch(spec))
+    # As the watcher does: the handle carries the key for what the engine guards with it.
+    return Started(kind, backend, replace(backend.launch(spec), api_key=KEY))

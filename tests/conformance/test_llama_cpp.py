@@ -1,0 +1,125 @@
+"""llama.cpp's llama-server, started through the standalone backend with the argv Berth renders,
+read through Berth's own code. Only the real engine runs here: the engine simulator has no
+llama-server mode yet (GGUF variants on simulated clusters are not simulated), so these scenarios
+pin what llama.cpp does, for the day it gets one."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from catalog.tiny_model import GGUF_FILE, write_tiny_model
+from clusters.backends.engines import EnginePrograms
+from deployments import figures
+from deployments.choices import ErrorCode
+from tests.conformance.harness import KEY, REAL, SERVED, Started, start
+from tests.real_engines import port_is_free
+
+pytestmark = pytest.mark.timeout(300)
+HELLO = [{"role": "user", "content": "Hello"}]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    return write_tiny_model(tmp_path_factory.mktemp("models") / "tiny-llama").folder
+
+
+@pytest.fixture(scope="module")
+def state_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("engines")
+
+
+def llama_server(gguf: Path, *flags: str) -> list[str]:
+    """As deployments/engine/argv.py renders it for a copy on a CPU (before the port)."""
+    return ["llama-server", "--model", str(gguf), "--alias", SERVED, "--threads", "1", *flags]
+
+
+@pytest.fixture(scope="module")
+def serving(tiny, state_dir) -> Iterator[Started]:
+    EnginePrograms().binary("llama-server")  # missing: fails here, naming `make engines`
+    argv = llama_server(tiny / GGUF_FILE, "--metrics", "--ctx-size", "512")
+    engine = start(REAL, state_dir, tiny, argv, {})
+    engine.wait({"ready"}, 60)
+    yield engine
+    engine.stop()
+
+
+def chat(engine: Started, model: str, key: str = KEY) -> httpx.Response:
+    return httpx.post(
+        f"http://127.0.0.1:{engine.port}/v1/chat/completions",
+        json={"model": model, "messages": HELLO, "max_tokens": 3},
+        headers={"Authorization": f"Bearer {key}"} if key else {},
+        timeout=30,
+    )
+
+
+def test_health_answers_with_its_status_once_ready(serving):
+    assert serving.observe().status == "ready"
+    assert serving.get("/health") == (200, b'{"status":"ok"}')
+
+
+def test_the_requests_model_is_ignored(serving):
+    """Unlike vLLM, a wrong name still answers: the gateway must route by name itself."""
+    assert chat(serving, "no-such-model").status_code == 200
+
+
+def test_without_the_key_it_refuses_with_401(serving):
+    assert chat(serving, SERVED, key="").status_code == 401
+    assert chat(serving, SERVED, key="wrong").status_code == 401
+
+
+def test_metrics_with_the_key_become_berths_engine_figures(serving):
+    chat(serving, SERVED)
+    totals: dict[str, float] = {}
+    figures.add_copy(totals, serving.backend.metrics(serving.handle))
+    assert set(totals) == {
+        "requests_running",
+        "requests_waiting",
+        "prompt_tokens_total",
+        "generation_tokens_total",
+    }
+    assert totals["prompt_tokens_total"] > 0 and totals["generation_tokens_total"] > 0
+
+
+def test_an_unknown_flag_fails_for_good_with_its_own_words(tiny, state_dir):
+    engine = start(REAL, state_dir, tiny, llama_server(tiny / GGUF_FILE, "--no-such-flag"), {})
+    seen, failure = engine.failure()
+    assert (seen.status, seen.exit_code) == ("exited", 1)
+    assert failure is not None and failure.permanent
+    assert failure.code == ErrorCode.RUNTIME_ERROR
+    assert failure.line == "error: invalid argument: --no-such-flag"
+
+
+def test_a_missing_gguf_is_a_loading_failure_named_by_its_first_line(tiny, state_dir, tmp_path):
+    gone = tmp_path / "gone.gguf"
+    engine = start(REAL, state_dir, tiny, llama_server(gone), {})
+    seen, failure = engine.failure()
+    assert (seen.status, seen.exit_code) == ("exited", 1)
+    assert failure is not None and failure.permanent
+    assert failure.code == ErrorCode.MODEL_LOADING_FAILURE
+    assert failure.line == (
+        f"gguf_init_from_file: failed to open GGUF file '{gone}' (No such file or directory)"
+    )
+
+
+def test_a_truncated_gguf_is_a_loading_failure(tiny, state_dir, tmp_path):
+    cut = tmp_path / "cut.gguf"
+    shutil.copy(tiny / GGUF_FILE, cut)
+    with cut.open("r+b") as file:
+        file.truncate(cut.stat().st_size // 2)
+    engine = start(REAL, state_dir, tiny, llama_server(cut), {})
+    seen, failure = engine.failure()
+    assert (seen.status, seen.exit_code) == ("exited", 1)
+    assert failure is not None and failure.code == ErrorCode.MODEL_LOADING_FAILURE
+    assert "is not within the file bounds" in failure.line
+
+
+def test_sigterm_ends_it_with_exit_0_and_frees_its_port(serving):
+    serving.stop()
+    seen = serving.wait({"exited", "gone"}, 30)
+    assert (seen.status, seen.exit_code) == ("exited", 0)
+    assert port_is_free(serving.port)
