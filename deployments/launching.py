@@ -18,7 +18,7 @@ from clusters.backends.local import WaitForRoom
 from clusters.backends.supervisor import free_port
 from clusters.models import Accelerator, ClusterKind
 from clusters.registry import backend_for
-from deployments import lifecycle, machine_files, transitions
+from deployments import lifecycle, machine_files, placing, transitions
 from deployments.choices import CopyState as C
 from deployments.choices import DeploymentState as D
 from deployments.choices import ErrorCode
@@ -104,8 +104,7 @@ def launch_facts(copy: Copy, port: int, gpus: list[Accelerator]) -> LaunchFacts:
         revision=model_revision(deployment),
         on_cpu=cpu,
         cpu_threads=cpu_threads(float(deployment.accelerators_per_copy), cores) if cpu else 0,
-        budget_bytes=copy.allocated_bytes,
-        weights_bytes=deployment.variant.size_bytes,
+        kv_cache_bytes=placing.cpu_kv_cache_bytes(deployment, copy.allocated_bytes) if cpu else 0,
     )
 
 

@@ -5,6 +5,7 @@ A pure package: frozen dataclasses in, frozen dataclasses out; no Django, no I/O
 """
 
 from placement.estimate import (
+    available_kv_bytes,
     estimate_copy,
     kv_cache_size_tokens,
     largest_context,
@@ -55,6 +56,7 @@ __all__ = [
     "Policy",
     "Reservation",
     "ScenarioError",
+    "available_kv_bytes",
     "estimate_copy",
     "kv_cache_size_tokens",
     "largest_context",

@@ -21,6 +21,11 @@ BLOCK_TOKENS = 16  # vLLM's default --block-size: KV is allocated in pages of 16
 NON_TORCH_BYTES = 256 << 20
 # NCCL buffers when the copy is split over several GPUs.
 NCCL_BYTES = 256 << 20
+# vLLM's CPU build beside its weights and KV cache: the API server, engine core and worker
+# processes with torch loaded. Measured as the process tree's PSS once ready, less the KV cache
+# it was given: 1.31 GiB for the tiny Llama (VLLM_CPU_KVCACHE_SPACE 1 and 3 GiB: 2.31 and 4.31
+# GiB); kept a little above so that a copy's budget holds. No CUDA context, no CUDA graphs.
+CPU_RUNTIME_BYTES = int(1.4 * (1 << 30))
 
 # CUDA graphs are captured for batch sizes up to min(2 x max_num_seqs, 512); their memory grows
 # with that size, the hidden size and the number of layers. One constant for every model, from
@@ -151,6 +156,8 @@ def activations_bytes(model: ModelFacts, engine: EngineSettings, tensor_parallel
 
 
 def overhead_bytes(model: ModelFacts, engine: EngineSettings, tensor_parallel: int = 1) -> int:
+    if engine.vendor == "cpu":
+        return CPU_RUNTIME_BYTES
     measured = engine.measured
     non_torch = NON_TORCH_BYTES + (NCCL_BYTES if tensor_parallel > 1 else 0)
     non_torch = _measured_or(measured.non_torch_bytes if measured else None, non_torch)

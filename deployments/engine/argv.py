@@ -20,9 +20,6 @@ KEY_SHOWN = "********"
 GIB = 1 << 30
 # The variable each engine reads its API key from (vLLM: VLLM_API_KEY; llama.cpp: LLAMA_API_KEY).
 KEY_VARIABLE = {"vllm": "VLLM_API_KEY", "llamacpp": "LLAMA_API_KEY"}
-# What vLLM's CPU build needs beside its KV cache: the Python runtime, torch and its worker
-# (about 2 GiB for a tiny model on 2 cores, reference/real-engines.md §1).
-CPU_RUNTIME_BYTES = 2 * GIB
 
 
 @dataclass(frozen=True)
@@ -36,11 +33,10 @@ class LaunchFacts:
     tensor_parallel: int = 1
     revision: str = ""
     host: str = "127.0.0.1"
-    # On a machine's CPU (vendor `cpu`): its threads, and the bytes its budget holds.
+    # On a machine's CPU (vendor `cpu`): its threads, and the KV cache its budget leaves.
     on_cpu: bool = False
     cpu_threads: int = 0
-    budget_bytes: int = 0
-    weights_bytes: int = 0
+    kv_cache_bytes: int = 0
 
 
 def flag_arguments(settings: dict[str, Any]) -> list[str]:
@@ -64,7 +60,8 @@ def vllm_argv(settings: dict[str, Any], facts: LaunchFacts) -> list[str]:
     checked.pop("gpu_memory_utilization", None)
     argv = ["vllm", "serve", facts.model, "--served-model-name", facts.served_name]
     argv += ["--host", facts.host, "--port", str(facts.port)]
-    if facts.on_cpu:  # the CPU build sizes its cache from the environment (cpu_environment)
+    if facts.on_cpu:  # no GPU share: the cache is sized in bytes from the copy's budget
+        argv += ["--kv-cache-memory-bytes", str(facts.kv_cache_bytes)]
         return argv + revision_arguments(facts) + flag_arguments(checked)
     argv += ["--gpu-memory-utilization", f"{facts.gpu_memory_utilization:.4g}"]
     if facts.tensor_parallel > 1:
@@ -103,24 +100,14 @@ def cpu_threads(share: float, cores: int) -> int:
     return max(1, math.floor(share * cores))
 
 
-def kv_cache_gib(facts: LaunchFacts) -> int:
-    """vLLM's CPU KV cache (whole GiB, as VLLM_CPU_KVCACHE_SPACE takes it): what the copy's
-    budget leaves after the weights and the runtime, and at least 1."""
-    left = facts.budget_bytes - facts.weights_bytes - CPU_RUNTIME_BYTES
-    return max(1, left // GIB)
-
-
 def cpu_environment(engine: str, facts: LaunchFacts) -> dict[str, str]:
-    """What vLLM's CPU build reads from its environment: its cache size and its threads.
-    Threads are not pinned to cores (copies that share a machine would pin the same ones)."""
+    """The threads vLLM's CPU build may use. Not pinned to cores (copies that share a machine
+    would pin the same ones). No VLLM_CPU_KVCACHE_SPACE: it takes whole GiB and overrides
+    --kv-cache-memory-bytes, which sizes the cache to the byte."""
     if not facts.on_cpu or engine != "vllm":
         return {}
     threads = str(facts.cpu_threads or 1)
-    return {
-        "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib(facts)),
-        "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-        "OMP_NUM_THREADS": threads,
-    }
+    return {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": threads}
 
 
 def redacted(argv: list[str]) -> list[str]:

@@ -27,8 +27,7 @@ ON_CPU = LaunchFacts(
         **FACTS.__dict__,
         "on_cpu": True,
         "cpu_threads": 3,
-        "budget_bytes": 10 * GIB,
-        "weights_bytes": GIB // 2,
+        "kv_cache_bytes": 7 * GIB,
     }
 )
 
@@ -126,16 +125,16 @@ def test_a_copy_on_a_cpu_gets_no_cuda_only_flags():
     assert "--n-gpu-layers" in llamacpp_argv({}, FACTS, "/m.gguf")  # on a GPU: every layer there
 
 
-def test_vllm_on_a_cpu_sizes_its_cache_from_the_copys_budget_and_uses_its_threads():
-    # 10 GiB budget − 0.5 GiB of weights − 2 GiB of runtime → 7 whole GiB of KV cache.
+def test_vllm_on_a_cpu_sizes_its_cache_to_the_byte_and_uses_its_threads():
+    argv = vllm_argv({}, ON_CPU)
+    assert argv[argv.index("--kv-cache-memory-bytes") + 1] == str(7 * GIB)
+    # Not VLLM_CPU_KVCACHE_SPACE: whole GiB only, and it would override the flag.
     assert cpu_environment("vllm", ON_CPU) == {
-        "VLLM_CPU_KVCACHE_SPACE": "7",
         "VLLM_CPU_OMP_THREADS_BIND": "nobind",
         "OMP_NUM_THREADS": "3",
     }
-    tight = LaunchFacts(**{**ON_CPU.__dict__, "budget_bytes": 2 * GIB})
-    assert cpu_environment("vllm", tight)["VLLM_CPU_KVCACHE_SPACE"] == "1"  # never 0
     assert cpu_environment("vllm", FACTS) == {} and cpu_environment("llamacpp", ON_CPU) == {}
+    assert "--kv-cache-memory-bytes" not in vllm_argv({}, FACTS)
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,8 @@ from placement_examples import (
 from placement import EngineSettings, MeasuredRuntime, ModelFacts, estimate_copy
 from placement.estimate import (
     BLOCK_TOKENS,
+    CPU_RUNTIME_BYTES,
+    available_kv_bytes,
     kv_bytes_for_request,
     kv_bytes_per_token,
     largest_context,
@@ -161,3 +163,17 @@ def test_impossible_model_facts_are_refused_naming_the_field(
 def test_model_facts_default_the_head_dim_as_vllm_does() -> None:
     facts = ModelFacts("x", 2, 32, 8, 4096, 1000, 4096, weight_bytes=1)
     assert facts.effective_head_dim == 128
+
+
+def test_on_a_cpu_the_runtime_is_the_cpu_builds_processes_not_cuda_graphs():
+    on_gpu = estimate_copy(LLAMA_3_1_8B, ENGINE)
+    on_cpu = estimate_copy(LLAMA_3_1_8B, dataclasses.replace(ENGINE, vendor="cpu"))
+    assert on_cpu.overhead_bytes == CPU_RUNTIME_BYTES != on_gpu.overhead_bytes
+    assert (on_cpu.weights_bytes, on_cpu.kv_cache_bytes) == (
+        on_gpu.weights_bytes,
+        on_gpu.kv_cache_bytes,
+    )
+    budget = 40 * (1 << 30)
+    fixed = on_cpu.weights_bytes + on_cpu.activations_bytes + CPU_RUNTIME_BYTES
+    cpu = dataclasses.replace(ENGINE, vendor="cpu")
+    assert available_kv_bytes(LLAMA_3_1_8B, cpu, budget) == budget - fixed
