@@ -54,6 +54,7 @@ from clusters.simulator.contract import ENGINE_MODULE, build_env, serve_argv
 __all__ = ["SimulatorBackend", "WaitForRoom", "discover_inventory", "engine_argv"]
 
 MIB = 1 << 20
+LLAMA_MODULE = "clusters.simulator.llama"  # the simulator's llama-server mode
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_COPY_BYTES_PER_SECOND = 20 * GIB
 COPY_STEP_S = 0.25  # how often a simulated copy of model files reports its bytes
@@ -163,13 +164,18 @@ class Placed:
 
 
 def engine_argv(argv: Sequence[str], python: str = sys.executable) -> list[str]:
-    """The simulator's argv for a ``vllm serve MODEL FLAGS…`` command line (kept as it is if it
-    already starts the simulator)."""
-    if ENGINE_MODULE in argv:
+    """The simulator's argv for a ``vllm serve MODEL FLAGS…`` command line, or its llama-server
+    mode for ``llama-server FLAGS…`` (kept as it is if it already starts the simulator)."""
+    if ENGINE_MODULE in argv or LLAMA_MODULE in argv:
         return list(argv)
     if len(argv) >= 3 and Path(argv[0]).name == "vllm" and argv[1] == "serve":
         return serve_argv(argv[2], *argv[3:], python=python)
-    raise BackendError(f"the simulator runs `vllm serve MODEL …` command lines, not {argv[:2]}")
+    if argv and Path(argv[0]).name == "llama-server":
+        return [python, "-m", LLAMA_MODULE, *argv[1:]]
+    raise BackendError(
+        f"the simulator runs `vllm serve MODEL …` and `llama-server …` command lines, "
+        f"not {argv[:2]}"
+    )
 
 
 def model_tag(argv: Sequence[str]) -> str:
