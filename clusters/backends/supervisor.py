@@ -163,8 +163,11 @@ def is_alive(pid: int | None, marker: str = "") -> bool:
     if not pid or pid <= 0:
         return False
     process = _children.get(pid)
-    if process is not None and process.poll() is not None:
-        return False
+    if process is not None:
+        # Our own child: its pid cannot be reused before we reap it, and we know its argv. Its
+        # /proc command line would race its start (between fork and exec it is still ours) and
+        # report a copy that fails at once as "gone", its exit status lost.
+        return process.poll() is None and (not marker or marker in map(str, process.args))
     if not _has_proc():
         try:
             os.kill(pid, 0)

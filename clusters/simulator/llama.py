@@ -220,8 +220,12 @@ async def completions(request: web.Request) -> web.Response:
     return web.json_response(reply)
 
 
+def compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))  # llama.cpp writes JSON without spaces
+
+
 async def health(request: web.Request) -> web.Response:
-    return web.json_response({"status": "ok"})
+    return web.json_response({"status": "ok"}, dumps=compact)
 
 
 async def models(request: web.Request) -> web.Response:

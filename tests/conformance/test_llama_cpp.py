@@ -1,7 +1,6 @@
-"""llama.cpp's llama-server, started through the standalone backend with the argv Berth renders,
-read through Berth's own code. Only the real engine runs here: the engine simulator has no
-llama-server mode yet (GGUF variants on simulated clusters are not simulated), so these scenarios
-pin what llama.cpp does, for the day it gets one."""
+"""llama.cpp's llama-server and the engine simulator's llama-server mode, side by side: the same
+argv (as Berth renders it for a copy on a CPU) through the standalone and simulator backends,
+read through Berth's own code. Where they differ, the simulator is wrong."""
 
 from __future__ import annotations
 
@@ -16,10 +15,11 @@ from catalog.tiny_model import GGUF_FILE, write_tiny_model
 from clusters.backends.engines import EnginePrograms
 from deployments import figures
 from deployments.choices import ErrorCode
-from tests.conformance.harness import KEY, REAL, SERVED, Started, start
+from tests.conformance.harness import KEY, REAL, SERVED, SIMULATED, Started, start
 from tests.real_engines import port_is_free
 
 pytestmark = pytest.mark.timeout(300)
+KINDS = [REAL, SIMULATED]
 HELLO = [{"role": "user", "content": "Hello"}]
 
 
@@ -39,13 +39,20 @@ def llama_server(gguf: Path, *flags: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def serving(tiny, state_dir) -> Iterator[Started]:
+def engines(tiny, state_dir) -> Iterator[dict[str, Started]]:
     EnginePrograms().binary("llama-server")  # missing: fails here, naming `make engines`
     argv = llama_server(tiny / GGUF_FILE, "--metrics", "--ctx-size", "512")
-    engine = start(REAL, state_dir, tiny, argv, {})
-    engine.wait({"ready"}, 60)
-    yield engine
-    engine.stop()
+    started = {kind: start(kind, state_dir, tiny, argv, {}) for kind in KINDS}
+    for engine in started.values():
+        engine.wait({"ready"}, 60)
+    yield started
+    for engine in started.values():
+        engine.stop()
+
+
+@pytest.fixture(params=KINDS)
+def serving(request, engines) -> Started:
+    return engines[request.param]
 
 
 def chat(engine: Started, model: str, key: str = KEY) -> httpx.Response:
@@ -85,8 +92,9 @@ def test_metrics_with_the_key_become_berths_engine_figures(serving):
     assert totals["prompt_tokens_total"] > 0 and totals["generation_tokens_total"] > 0
 
 
-def test_an_unknown_flag_fails_for_good_with_its_own_words(tiny, state_dir):
-    engine = start(REAL, state_dir, tiny, llama_server(tiny / GGUF_FILE, "--no-such-flag"), {})
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_unknown_flag_fails_for_good_with_its_own_words(kind, tiny, state_dir):
+    engine = start(kind, state_dir, tiny, llama_server(tiny / GGUF_FILE, "--no-such-flag"), {})
     seen, failure = engine.failure()
     assert (seen.status, seen.exit_code) == ("exited", 1)
     assert failure is not None and failure.permanent
@@ -94,9 +102,12 @@ def test_an_unknown_flag_fails_for_good_with_its_own_words(tiny, state_dir):
     assert failure.line == "error: invalid argument: --no-such-flag"
 
 
-def test_a_missing_gguf_is_a_loading_failure_named_by_its_first_line(tiny, state_dir, tmp_path):
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_missing_gguf_is_a_loading_failure_named_by_its_first_line(
+    kind, tiny, state_dir, tmp_path
+):
     gone = tmp_path / "gone.gguf"
-    engine = start(REAL, state_dir, tiny, llama_server(gone), {})
+    engine = start(kind, state_dir, tiny, llama_server(gone), {})
     seen, failure = engine.failure()
     assert (seen.status, seen.exit_code) == ("exited", 1)
     assert failure is not None and failure.permanent
@@ -107,6 +118,7 @@ def test_a_missing_gguf_is_a_loading_failure_named_by_its_first_line(tiny, state
 
 
 def test_a_truncated_gguf_is_a_loading_failure(tiny, state_dir, tmp_path):
+    """The real engine only: the simulator does not read the file's tensors."""
     cut = tmp_path / "cut.gguf"
     shutil.copy(tiny / GGUF_FILE, cut)
     with cut.open("r+b") as file:
