@@ -34,7 +34,7 @@ from deployments.engine.variants import hardware_of
 from deployments.engine.versions import FlagSpec, flag_list, version_for
 from deployments.engine.warnings import EngineWarning, warnings_for
 from deployments.models import Deployment
-from deployments.placing import fit_check, placement_request
+from deployments.placing import cpu_kv_cache_bytes, fit_check, placement_request
 from deployments.wizard_forms import EngineSettingsForm
 
 MODE_KEY = "berth_editor_mode"
@@ -238,6 +238,18 @@ def most_cores(cluster: Cluster | None) -> int:
     return max(counts, default=1)
 
 
+def cpu_preview_cache_bytes(where: Where, context: EngineContext, settings: dict[str, Any]) -> int:
+    """The cache a copy of this size gets on a CPU machine: its share of the machine's budget,
+    less what the launcher counts (placing.cpu_kv_cache_bytes)."""
+    if not context.on_cpu or not context.gpu_memory_bytes:
+        return 0
+    budget = int(min(where.size, 1.0) * context.gpu_memory_bytes)
+    try:
+        return cpu_kv_cache_bytes(where.model, where.variant, settings, budget)
+    except ValueError:  # settings placement cannot read: the preview says so below
+        return 0
+
+
 def preview_for(where: Where, context: EngineContext, settings: dict[str, Any]) -> list[str]:
     """The argv the launcher will build for a copy, from the same argv function."""
     facts = LaunchFacts(
@@ -249,6 +261,7 @@ def preview_for(where: Where, context: EngineContext, settings: dict[str, Any]) 
         revision=where.revision,
         on_cpu=context.on_cpu,
         cpu_threads=cpu_threads(where.size, most_cores(where.cluster)) if context.on_cpu else 0,
+        kv_cache_bytes=cpu_preview_cache_bytes(where, context, settings),
     )
     try:
         gguf = where.gguf_path or f"{where.model.repo_id}/{where.variant.gguf_file}"

@@ -104,7 +104,13 @@ def launch_facts(copy: Copy, port: int, gpus: list[Accelerator]) -> LaunchFacts:
         revision=model_revision(deployment),
         on_cpu=cpu,
         cpu_threads=cpu_threads(float(deployment.accelerators_per_copy), cores) if cpu else 0,
-        kv_cache_bytes=placing.cpu_kv_cache_bytes(deployment, copy.allocated_bytes) if cpu else 0,
+        kv_cache_bytes=cpu_cache_bytes(deployment, copy.allocated_bytes) if cpu else 0,
+    )
+
+
+def cpu_cache_bytes(deployment: Deployment, budget_bytes: int) -> int:
+    return placing.cpu_kv_cache_bytes(
+        deployment.model, deployment.variant, deployment.engine_settings, budget_bytes
     )
 
 

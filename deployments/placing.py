@@ -79,13 +79,14 @@ def estimate(
     )
 
 
-def cpu_kv_cache_bytes(deployment: Deployment, budget_bytes: int) -> int:
+def cpu_kv_cache_bytes(
+    model: Model, variant: Variant, settings: dict[str, Any], budget_bytes: int
+) -> int:
     """What a copy's budget on a CPU machine leaves for vLLM's KV cache once the weights, the
     activations and the CPU build's runtime are counted: the same estimate placement fitted the
     copy with, so that the engine's whole memory is its budget (the console's database shares
     this machine's memory)."""
-    model, variant = deployment.model, deployment.variant
-    engine = replace(engine_settings(model, variant, deployment.engine_settings), vendor="cpu")
+    engine = replace(engine_settings(model, variant, settings), vendor="cpu")
     return placement.available_kv_bytes(model_facts(model, variant), engine, budget_bytes)
 
 
