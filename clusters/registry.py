@@ -10,6 +10,7 @@ from typing import Any
 from django.conf import settings
 
 from clusters.backends.base import ClusterBackend
+from clusters.backends.engines import EnginePrograms
 from clusters.models import Cluster, ClusterKind
 
 _backends: dict[tuple[int, str], Any] = {}
@@ -18,6 +19,11 @@ _lock = threading.Lock()
 
 def state_dir(cluster: Cluster) -> Path:
     return Path(settings.STATE_DIR) / f"cluster-{cluster.pk}"
+
+
+def engine_programs() -> EnginePrograms:
+    """Where this machine's real engines are, by the settings (BERTH_ENGINE_CACHE, *_BIN)."""
+    return EnginePrograms(settings.ENGINE_CACHE_DIR, settings.VLLM_BIN, settings.LLAMA_SERVER_BIN)
 
 
 def make_backend(cluster: Cluster) -> ClusterBackend:
@@ -30,14 +36,12 @@ def make_backend(cluster: Cluster) -> ClusterBackend:
             copy_bytes_per_second=settings.SIMULATOR_COPY_BYTES_PER_S,
         )
     if cluster.kind == ClusterKind.STANDALONE:
-        from clusters.backends.engines import EnginePrograms
         from clusters.backends.standalone import StandaloneBackend
 
-        programs = EnginePrograms(
-            settings.ENGINE_CACHE_DIR, settings.VLLM_BIN, settings.LLAMA_SERVER_BIN
-        )
         reserve = int(settings.CPU_RESERVE_GIB * (1 << 30))
-        return StandaloneBackend(state_dir(cluster), programs=programs, cpu_reserve_bytes=reserve)
+        return StandaloneBackend(
+            state_dir(cluster), programs=engine_programs(), cpu_reserve_bytes=reserve
+        )
     from clusters.backends.kubernetes import KubernetesBackend
 
     image = f"{cluster.engine_image}:{cluster.engine_version or 'latest'}"

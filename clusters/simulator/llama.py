@@ -16,9 +16,10 @@ conformance suite):
 - The key (LLAMA_API_KEY, or --api-key) guards everything but /health and the model lists;
   a wrong key is a 401 with llama.cpp's error body. SIGTERM: exit 0.
 
-Pacing and text come from the vLLM simulator's settings (BERTH_SIM_TTFT_S,
-BERTH_SIM_TOKENS_PER_SECOND, BERTH_SIM_REPLY_TOKENS); the model's trained context from
-BERTH_SIM_MODEL_JSON (max_position_embeddings) when given. Never imports Django or `placement`.
+The vLLM simulator's settings (clusters.simulator.contract.SimSettings) give the time to the first
+token (BERTH_SIM_TTFT_S), the natural reply length (BERTH_SIM_REPLY_TOKENS) and the model's
+trained context (BERTH_SIM_MODEL_JSON's max_position_embeddings); a malformed one exits 2, as
+the vLLM mode does. Never imports Django or `placement`.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from typing import Any
 from aiohttp import web
 
 from clusters.simulator import text
+from clusters.simulator.contract import SettingsError, SimSettings
 
 PUBLIC = {"/health", "/v1/health", "/models", "/v1/models", "/api/tags"}
 VALUED = {
@@ -62,7 +64,7 @@ TRAINED_CONTEXT = 2048  # without model facts: the tiny Llama's
 
 
 class BadArgument(ValueError):
-    """llama.cpp's words for a command line it refuses (it exits 1)."""
+    """llama.cpp's words for a command line or a model file it refuses (it exits 1)."""
 
 
 @dataclass
@@ -119,6 +121,7 @@ class Counters:
 @dataclass
 class Server:
     options: Options
+    settings: SimSettings
     started: float = field(default_factory=time.monotonic)
     counters: Counters = field(default_factory=Counters)
 
@@ -134,8 +137,7 @@ class Server:
         return self.options.alias or Path(self.options.model).name
 
 
-def reply_tokens(body: dict[str, Any]) -> tuple[int, str]:
-    natural = int(os.environ.get("BERTH_SIM_REPLY_TOKENS", "32"))
+def reply_tokens(body: dict[str, Any], natural: int) -> tuple[int, str]:
     asked = body.get("max_tokens")
     if isinstance(asked, int) and asked < natural:
         return asked, "length"
@@ -143,10 +145,10 @@ def reply_tokens(body: dict[str, Any]) -> tuple[int, str]:
 
 
 async def generate(server: Server, body: dict[str, Any], prompt_tokens: int) -> tuple[int, str]:
-    tokens, finish = reply_tokens(body)
+    tokens, finish = reply_tokens(body, server.settings.reply_tokens)
     server.counters.processing += 1
     try:
-        await asyncio.sleep(float(os.environ.get("BERTH_SIM_TTFT_S", "0.01")))
+        await asyncio.sleep(server.settings.ttft_s)
     finally:
         server.counters.processing -= 1
     server.counters.prompt_tokens += prompt_tokens
@@ -282,13 +284,9 @@ def make_app(server: Server) -> web.Application:
     return app
 
 
-def trained_context() -> int:
-    facts = os.environ.get("BERTH_SIM_MODEL_JSON", "")
-    try:
-        given = json.loads(facts) if facts.strip().startswith("{") else {}
-    except ValueError:
-        given = {}
-    return int(given.get("max_position_embeddings") or TRAINED_CONTEXT)
+def trained_context(settings: SimSettings) -> int:
+    facts = settings.model_json or {}
+    return int(facts.get("max_position_embeddings") or TRAINED_CONTEXT)
 
 
 def load(server: Server) -> None:
@@ -299,7 +297,7 @@ def load(server: Server) -> None:
             f"gguf_init_from_file: failed to open GGUF file '{path}' (No such file or directory)"
         )
     server.log("I", "srv    load_model:", f"loading model '{path}'")
-    asked, trained = int(server.options.ctx_size or 0), trained_context()
+    asked, trained = int(server.options.ctx_size or 0), trained_context(server.settings)
     if asked > trained:
         server.log(
             "W",
@@ -328,13 +326,20 @@ async def serve(server: Server) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        options = parse(sys.argv[1:] if argv is None else argv)
-        server = Server(options)
-        server.log("I", "srv  llama_server:", "initializing ...")
+        settings = SimSettings.from_environ()
+    except SettingsError as error:
+        print(f"engine simulator: {error}", file=sys.stderr)
+        return 2
+    try:
+        server = Server(parse(sys.argv[1:] if argv is None else argv), settings)
+    except BadArgument as refused:
+        print(refused, file=sys.stderr, flush=True)  # before any logging: bare, as llama.cpp
+        return 1
+    server.log("I", "srv  llama_server:", "initializing ...")
+    try:
         load(server)
     except BadArgument as refused:
-        print(str(refused) if str(refused).startswith("error:") else f"0.00.004.000 E {refused}",
-              file=sys.stderr, flush=True)  # fmt: skip
+        server.log("E", *str(refused).split(" ", 1))
         return 1
     return asyncio.run(serve(server))
 

@@ -16,6 +16,7 @@ from catalog.models import Model, Variant
 from clusters.models import Accelerator, Cluster
 from deployments.engine.context import DEFAULT_SHARE, EngineContext
 from deployments.engine.versions import newest
+from deployments.placing import vendor_of
 
 GUIDANCE_CONTEXT = 8_192  # the conversation length VRAM guidance is quoted for
 FP8_CAPABILITY = (8, 9)
@@ -68,7 +69,7 @@ def hardware_of(cluster: Cluster) -> Hardware:
         cuda=bool(nvidia),
         gpus_per_machine=max(per_machine.values(), default=0),
         gpu_count=len(gpus),
-        cpu=bool(gpus) and all(row.vendor == "cpu" for row in gpus),
+        cpu=vendor_of(row.vendor for row in gpus) == "cpu",
     )
 
 

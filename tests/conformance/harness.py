@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from clusters.backends.base import CopyHandle, CopySpec, Observation
-from clusters.backends.engines import EnginePrograms
 from clusters.backends.local import LocalProcessBackend, http_get
 from clusters.backends.simulator import SimulatorBackend
 from clusters.backends.standalone import StandaloneBackend
 from clusters.backends.supervisor import free_port
+from clusters.registry import engine_programs
 from deployments.classify import Failure, classify
 
 # The key the gateway tests give READY copies, so their helpers can point copies here.
@@ -87,7 +87,7 @@ class Started:
 
 def backend_of(kind: str, state_dir: Path, folder: Path) -> LocalProcessBackend:
     if kind == REAL:
-        return StandaloneBackend(state_dir, "this-machine", programs=EnginePrograms())
+        return StandaloneBackend(state_dir, "this-machine", programs=engine_programs())
     facts = model_facts(folder)
     return SimulatorBackend(SIM_INVENTORY, state_dir, lambda spec: facts)
 

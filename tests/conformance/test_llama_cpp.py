@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from catalog.tiny_model import GGUF_FILE, write_tiny_model
-from clusters.backends.engines import EnginePrograms
+from catalog.tiny_model import GGUF_FILE
+from clusters.registry import engine_programs
 from deployments import figures
 from deployments.choices import ErrorCode
 from tests.conformance.harness import KEY, REAL, SERVED, SIMULATED, Started, start
@@ -23,16 +23,6 @@ KINDS = [REAL, SIMULATED]
 HELLO = [{"role": "user", "content": "Hello"}]
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> Path:
-    return write_tiny_model(tmp_path_factory.mktemp("models") / "tiny-llama").folder
-
-
-@pytest.fixture(scope="module")
-def state_dir(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("engines")
-
-
 def llama_server(gguf: Path, *flags: str) -> list[str]:
     """As deployments/engine/argv.py renders it for a copy on a CPU (before the port)."""
     return ["llama-server", "--model", str(gguf), "--alias", SERVED, "--threads", "1", *flags]
@@ -40,7 +30,7 @@ def llama_server(gguf: Path, *flags: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def engines(tiny, state_dir) -> Iterator[dict[str, Started]]:
-    EnginePrograms().binary("llama-server")  # missing: fails here, naming `make engines`
+    engine_programs().binary("llama-server")  # missing: fails here, naming `make engines`
     argv = llama_server(tiny / GGUF_FILE, "--metrics", "--ctx-size", "512")
     started = {kind: start(kind, state_dir, tiny, argv, {}) for kind in KINDS}
     for engine in started.values():

@@ -16,8 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from catalog.tiny_model import write_tiny_model
-from clusters.backends.engines import EnginePrograms
+from clusters.registry import engine_programs
 from deployments import figures
 from deployments.choices import ErrorCode
 from tests import factories
@@ -37,16 +36,6 @@ ENV = {**THREADS, "VLLM_CPU_KVCACHE_SPACE": "1", "BERTH_SIM_VLLM_VERSION": "0.32
 HELLO = [{"role": "user", "content": "Hello"}]
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> Path:
-    return write_tiny_model(tmp_path_factory.mktemp("models") / "tiny-llama").folder
-
-
-@pytest.fixture(scope="module")
-def state_dir(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("engines")
-
-
 def vllm(tiny: Path, *flags: str) -> list[str]:
     return ["vllm", "serve", str(tiny), "--dtype", "float32", *flags]
 
@@ -54,7 +43,7 @@ def vllm(tiny: Path, *flags: str) -> list[str]:
 @pytest.fixture(scope="module")
 def serving(tiny, state_dir) -> Iterator[dict[str, Started]]:
     """One serving engine of each kind, started at once (they load side by side)."""
-    EnginePrograms().binary("vllm")  # missing: fails here, naming `make engines`
+    engine_programs().binary("vllm")  # missing: fails here, naming `make engines`
     env = {**ENV, "VLLM_CACHE_ROOT": str(state_dir / "vllm-cache")}
     flags = ["--served-model-name", SERVED, "--max-model-len", "512", "--enforce-eager"]
     started = {kind: start(kind, state_dir, tiny, vllm(tiny, *flags), env) for kind in KINDS}

@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from clusters.backends.engine_versions import VLLM_CPU_VERSION
-from clusters.backends.engines import EnginePrograms
+from clusters.registry import engine_programs
 from deployments.engine.settings import CATALOG
 from deployments.engine.versions import flag_list
 
@@ -21,7 +21,7 @@ OPTION_LINE = re.compile(r"^  (-\S.*?)(?:\s{2,}|$)")
 
 @pytest.fixture(scope="module")
 def help_options() -> set[str]:
-    vllm = EnginePrograms().binary("vllm")  # missing: fails here, naming `make engines`
+    vllm = engine_programs().binary("vllm")  # missing: fails here, naming `make engines`
     shown = subprocess.run(
         [vllm, "serve", "--help=all"], capture_output=True, text=True, timeout=120, check=True
     ).stdout

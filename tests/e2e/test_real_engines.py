@@ -17,7 +17,7 @@ import openai
 import pytest
 
 from clusters.backends import supervisor
-from clusters.backends.engines import EnginePrograms
+from clusters.registry import engine_programs
 from console.models import ApiKey, Role
 from deployments.choices import DeploymentState as D
 from deployments.models import Copy, Deployment, EngineFigures, Reservation
@@ -112,7 +112,7 @@ def engine_processes(pid: int) -> list[int]:
 def test_the_tiny_model_is_hosted_by_a_real_engine_answers_through_the_gateway_and_stops_clean(
     engine, bob_and_key, gateway, console_url, page
 ):
-    EnginePrograms().binary(engine.command)  # missing: fails here, saying to run make engines
+    engine_programs().binary(engine.command)  # missing: fails here, saying to run make engines
     _bob, key = bob_and_key
     name = f"tiny-{engine.variant}"
     pk = host_through_the_api(
