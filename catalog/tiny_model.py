@@ -36,13 +36,7 @@ SAFETENSORS_FILE = "model.safetensors"
 TOKENIZER_FILE = "tokenizer.json"
 GGUF_FILE = "tiny-llama-f32.gguf"
 
-VOCAB_SIZE = 512
-HIDDEN_SIZE = 256
-INTERMEDIATE_SIZE = 512
-LAYERS = 2
-HEADS = 4
-KV_HEADS = 2
-HEAD_DIM = 64  # vLLM's CPU attention kernels support only some head sizes; 64 is one
+VOCAB_SIZE = 512  # the tokenizer's; a shape's embedding may have more rows (Qwen's do)
 MAX_CONTEXT = 2048
 RMS_NORM_EPS = 1e-5
 ROPE_THETA = 10000.0
@@ -50,6 +44,39 @@ ROPE_THETA = 10000.0
 # not uniform and the rotary layout (hence the GGUF permutation) changes what is generated.
 WEIGHT_STD = 0.02
 QUERY_KEY_STD = 0.08
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The dimensions of the random Llama; the tokenizer is the same for every shape."""
+
+    vocab_size: int = VOCAB_SIZE
+    hidden_size: int = 256
+    intermediate_size: int = 512
+    layers: int = 2
+    heads: int = 4
+    kv_heads: int = 2
+    head_dim: int = 64  # vLLM's CPU attention kernels support only some head sizes; 64 is one
+    max_context: int = MAX_CONTEXT
+    tie_word_embeddings: bool = False
+
+
+TINY = Shape()
+# Qwen3-0.6B's dimensions (its config.json: 28 layers, 16 query and 8 key-value heads of 128,
+# 151,936 embedding rows tied to the LM head), in a plain Llama (no per-head q/k norms): the
+# memory benchmark's model of a real size. Only safetensors: llama.cpp wants as many
+# embedding rows as the tokenizer has tokens.
+QWEN3_0_6B = Shape(
+    vocab_size=151936,
+    hidden_size=1024,
+    intermediate_size=3072,
+    layers=28,
+    heads=16,
+    kv_heads=8,
+    head_dim=128,
+    max_context=40960,
+    tie_word_embeddings=True,
+)
 
 BOS = "<|begin_of_text|>"
 EOS = "<|end_of_text|>"
@@ -111,7 +138,7 @@ class TinyModel:
     params_total: int
     files: tuple[tuple[str, int], ...]  # (name, bytes), sorted by name
     safetensors_file: str
-    gguf_file: str
+    gguf_file: str  # "" where none was written
 
     def size_of(self, name: str) -> int:
         return dict(self.files)[name]
@@ -120,19 +147,19 @@ class TinyModel:
 # --- config and tokenizer files ---------------------------------------------------------------
 
 
-def hf_config() -> dict[str, Any]:
+def hf_config(shape: Shape = TINY) -> dict[str, Any]:
     """config.json as transformers writes it for a LlamaForCausalLM."""
     return {
         "architectures": [ARCHITECTURE],
         "model_type": "llama",
-        "vocab_size": VOCAB_SIZE,
-        "hidden_size": HIDDEN_SIZE,
-        "intermediate_size": INTERMEDIATE_SIZE,
-        "num_hidden_layers": LAYERS,
-        "num_attention_heads": HEADS,
-        "num_key_value_heads": KV_HEADS,
-        "head_dim": HEAD_DIM,
-        "max_position_embeddings": MAX_CONTEXT,
+        "vocab_size": shape.vocab_size,
+        "hidden_size": shape.hidden_size,
+        "intermediate_size": shape.intermediate_size,
+        "num_hidden_layers": shape.layers,
+        "num_attention_heads": shape.heads,
+        "num_key_value_heads": shape.kv_heads,
+        "head_dim": shape.head_dim,
+        "max_position_embeddings": shape.max_context,
         "rms_norm_eps": RMS_NORM_EPS,
         "rope_theta": ROPE_THETA,
         "rope_scaling": None,
@@ -142,7 +169,7 @@ def hf_config() -> dict[str, Any]:
         "mlp_bias": False,
         "initializer_range": WEIGHT_STD,
         "pretraining_tp": 1,
-        "tie_word_embeddings": False,
+        "tie_word_embeddings": shape.tie_word_embeddings,
         "torch_dtype": "float32",
         "use_cache": True,
         "bos_token_id": BOS_ID,
@@ -150,7 +177,7 @@ def hf_config() -> dict[str, Any]:
     }
 
 
-def tokenizer_config() -> dict[str, Any]:
+def tokenizer_config(shape: Shape = TINY) -> dict[str, Any]:
     return {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "bos_token": BOS,
@@ -158,7 +185,7 @@ def tokenizer_config() -> dict[str, Any]:
         "add_bos_token": False,
         "add_eos_token": False,
         "clean_up_tokenization_spaces": False,
-        "model_max_length": MAX_CONTEXT,
+        "model_max_length": shape.max_context,
         "chat_template": CHAT_TEMPLATE,
     }
 
@@ -213,31 +240,34 @@ def normal(rng: np.random.Generator, shape: tuple[int, ...], std: float) -> np.n
     return (rng.standard_normal(shape) * std).astype(np.float32)
 
 
-def layer_weights(rng: np.random.Generator, layer: int) -> dict[str, np.ndarray]:
+def layer_weights(rng: np.random.Generator, layer: int, shape: Shape) -> dict[str, np.ndarray]:
     """One decoder layer in Hugging Face's names and [out, in] shapes."""
-    q_rows, kv_rows = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM
+    q_rows, kv_rows = shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
+    hidden, width = shape.hidden_size, shape.intermediate_size
     prefix = f"model.layers.{layer}"
     return {
-        f"{prefix}.self_attn.q_proj.weight": normal(rng, (q_rows, HIDDEN_SIZE), QUERY_KEY_STD),
-        f"{prefix}.self_attn.k_proj.weight": normal(rng, (kv_rows, HIDDEN_SIZE), QUERY_KEY_STD),
-        f"{prefix}.self_attn.v_proj.weight": normal(rng, (kv_rows, HIDDEN_SIZE), WEIGHT_STD),
-        f"{prefix}.self_attn.o_proj.weight": normal(rng, (HIDDEN_SIZE, q_rows), WEIGHT_STD),
-        f"{prefix}.mlp.gate_proj.weight": normal(rng, (INTERMEDIATE_SIZE, HIDDEN_SIZE), WEIGHT_STD),
-        f"{prefix}.mlp.up_proj.weight": normal(rng, (INTERMEDIATE_SIZE, HIDDEN_SIZE), WEIGHT_STD),
-        f"{prefix}.mlp.down_proj.weight": normal(rng, (HIDDEN_SIZE, INTERMEDIATE_SIZE), WEIGHT_STD),
-        f"{prefix}.input_layernorm.weight": np.ones(HIDDEN_SIZE, dtype=np.float32),
-        f"{prefix}.post_attention_layernorm.weight": np.ones(HIDDEN_SIZE, dtype=np.float32),
+        f"{prefix}.self_attn.q_proj.weight": normal(rng, (q_rows, hidden), QUERY_KEY_STD),
+        f"{prefix}.self_attn.k_proj.weight": normal(rng, (kv_rows, hidden), QUERY_KEY_STD),
+        f"{prefix}.self_attn.v_proj.weight": normal(rng, (kv_rows, hidden), WEIGHT_STD),
+        f"{prefix}.self_attn.o_proj.weight": normal(rng, (hidden, q_rows), WEIGHT_STD),
+        f"{prefix}.mlp.gate_proj.weight": normal(rng, (width, hidden), WEIGHT_STD),
+        f"{prefix}.mlp.up_proj.weight": normal(rng, (width, hidden), WEIGHT_STD),
+        f"{prefix}.mlp.down_proj.weight": normal(rng, (hidden, width), WEIGHT_STD),
+        f"{prefix}.input_layernorm.weight": np.ones(hidden, dtype=np.float32),
+        f"{prefix}.post_attention_layernorm.weight": np.ones(hidden, dtype=np.float32),
     }
 
 
-def random_weights(seed: int = SEED) -> dict[str, np.ndarray]:
+def random_weights(shape: Shape = TINY, seed: int = SEED) -> dict[str, np.ndarray]:
     """Every tensor, drawn in this fixed order from one generator."""
     rng = np.random.default_rng(seed)
-    weights = {"model.embed_tokens.weight": normal(rng, (VOCAB_SIZE, HIDDEN_SIZE), WEIGHT_STD)}
-    for layer in range(LAYERS):
-        weights.update(layer_weights(rng, layer))
-    weights["model.norm.weight"] = np.ones(HIDDEN_SIZE, dtype=np.float32)
-    weights["lm_head.weight"] = normal(rng, (VOCAB_SIZE, HIDDEN_SIZE), WEIGHT_STD)
+    rows, hidden = shape.vocab_size, shape.hidden_size
+    weights = {"model.embed_tokens.weight": normal(rng, (rows, hidden), WEIGHT_STD)}
+    for layer in range(shape.layers):
+        weights.update(layer_weights(rng, layer, shape))
+    weights["model.norm.weight"] = np.ones(hidden, dtype=np.float32)
+    if not shape.tie_word_embeddings:
+        weights["lm_head.weight"] = normal(rng, (rows, hidden), WEIGHT_STD)
     return weights
 
 
@@ -280,29 +310,30 @@ def permute(weights: np.ndarray, n_head: int) -> np.ndarray:
 def gguf_tensor(hf_name: str, weights: np.ndarray) -> np.ndarray:
     # As the converter does: n_head for the queries, n_head_kv for the keys.
     if hf_name.endswith("q_proj.weight"):
-        return permute(weights, HEADS)
+        return permute(weights, TINY.heads)
     if hf_name.endswith("k_proj.weight"):
-        return permute(weights, KV_HEADS)
+        return permute(weights, TINY.kv_heads)
     return weights
 
 
 def add_hyperparameters(writer: gguf.GGUFWriter) -> None:
-    """The keys convert_hf_to_gguf writes for a Llama (TextModel + LlamaModel parameters)."""
+    """The keys convert_hf_to_gguf writes for a Llama (TextModel + LlamaModel parameters), of
+    the tiny shape: the only one written as a GGUF."""
     writer.add_type(gguf.GGUFType.MODEL)
     writer.add_name(NAME)
-    writer.add_block_count(LAYERS)
-    writer.add_context_length(MAX_CONTEXT)
-    writer.add_embedding_length(HIDDEN_SIZE)
-    writer.add_feed_forward_length(INTERMEDIATE_SIZE)
-    writer.add_head_count(HEADS)
-    writer.add_head_count_kv(KV_HEADS)
+    writer.add_block_count(TINY.layers)
+    writer.add_context_length(TINY.max_context)
+    writer.add_embedding_length(TINY.hidden_size)
+    writer.add_feed_forward_length(TINY.intermediate_size)
+    writer.add_head_count(TINY.heads)
+    writer.add_head_count_kv(TINY.kv_heads)
     writer.add_rope_freq_base(ROPE_THETA)
     writer.add_layer_norm_rms_eps(RMS_NORM_EPS)
-    writer.add_key_length(HEAD_DIM)
-    writer.add_value_length(HEAD_DIM)
+    writer.add_key_length(TINY.head_dim)
+    writer.add_value_length(TINY.head_dim)
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
     writer.add_vocab_size(VOCAB_SIZE)
-    writer.add_rope_dimension_count(HEAD_DIM)
+    writer.add_rope_dimension_count(TINY.head_dim)
     writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
 
 
@@ -365,54 +396,56 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
     path.write_text(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
 
 
-def json_files() -> Iterator[tuple[str, dict[str, Any]]]:
-    yield CONFIG_FILE, hf_config()
+def json_files(shape: Shape) -> Iterator[tuple[str, dict[str, Any]]]:
+    yield CONFIG_FILE, hf_config(shape)
     yield "generation_config.json", generation_config()
     yield "special_tokens_map.json", special_tokens_map()
-    yield "tokenizer_config.json", tokenizer_config()
+    yield "tokenizer_config.json", tokenizer_config(shape)
 
 
-def written_files() -> list[str]:
-    return [name for name, _ in json_files()] + [TOKENIZER_FILE, SAFETENSORS_FILE, GGUF_FILE]
+def written_files(shape: Shape) -> list[str]:
+    names = [name for name, _ in json_files(shape)] + [TOKENIZER_FILE, SAFETENSORS_FILE]
+    return names + ([GGUF_FILE] if shape == TINY else [])
 
 
-def file_sizes(folder: Path) -> tuple[tuple[str, int], ...]:
+def file_sizes(folder: Path, shape: Shape) -> tuple[tuple[str, int], ...]:
     """The files this module writes, not whatever else the folder holds."""
-    return tuple(sorted((name, (folder / name).stat().st_size) for name in written_files()))
+    return tuple(sorted((name, (folder / name).stat().st_size) for name in written_files(shape)))
 
 
 def parameter_count(weights: dict[str, np.ndarray]) -> int:
     return sum(int(tensor.size) for tensor in weights.values())
 
 
-def write_tiny_model(folder: Path) -> TinyModel:
+def write_tiny_model(folder: Path, shape: Shape = TINY) -> TinyModel:
     """Write the whole model into `folder` (created if missing; files of the same names
-    replaced, others left alone) and say what is there."""
+    replaced, others left alone) and say what is there. A GGUF only of the tiny shape."""
     folder.mkdir(parents=True, exist_ok=True)
-    for name, data in json_files():
+    for name, data in json_files(shape):
         write_json(folder / name, data)
     tokenizer = train_tokenizer()
     (folder / TOKENIZER_FILE).write_text(tokenizer.to_str(pretty=True) + "\n")
-    weights = random_weights()
+    weights = random_weights(shape)
     save_file(weights, str(folder / SAFETENSORS_FILE), metadata={"format": "pt"})
-    write_gguf(folder / GGUF_FILE, weights, tokenizer)
-    return describe(folder, parameter_count(weights))
+    if shape == TINY:
+        write_gguf(folder / GGUF_FILE, weights, tokenizer)
+    return describe(folder, parameter_count(weights), shape)
 
 
-def describe(folder: Path, params_total: int) -> TinyModel:
+def describe(folder: Path, params_total: int, shape: Shape) -> TinyModel:
     return TinyModel(
         folder=folder,
         architecture=ARCHITECTURE,
-        layers=LAYERS,
-        attention_heads=HEADS,
-        kv_heads=KV_HEADS,
-        head_dim=HEAD_DIM,
-        hidden_size=HIDDEN_SIZE,
-        intermediate_size=INTERMEDIATE_SIZE,
-        vocab_size=VOCAB_SIZE,
-        max_context=MAX_CONTEXT,
+        layers=shape.layers,
+        attention_heads=shape.heads,
+        kv_heads=shape.kv_heads,
+        head_dim=shape.head_dim,
+        hidden_size=shape.hidden_size,
+        intermediate_size=shape.intermediate_size,
+        vocab_size=shape.vocab_size,
+        max_context=shape.max_context,
         params_total=params_total,
-        files=file_sizes(folder),
+        files=file_sizes(folder, shape),
         safetensors_file=SAFETENSORS_FILE,
-        gguf_file=GGUF_FILE,
+        gguf_file=GGUF_FILE if shape == TINY else "",
     )

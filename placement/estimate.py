@@ -16,6 +16,9 @@ import math
 from placement.types import EngineSettings, Estimate, ModelFacts
 
 BLOCK_TOKENS = 16  # vLLM's default --block-size: KV is allocated in pages of 16 tokens
+# The CPU build's default: its cache's size moves in steps of 128 tokens (measured, the tiny
+# Llama: 1 MiB and 1.25 MiB of cache hold 384 and 512 tokens).
+CPU_BLOCK_TOKENS = 128
 
 # Non-torch allocations (cuBLAS workspaces, the CUDA context's share): logs show 0.07-0.31 GiB.
 NON_TORCH_BYTES = 256 << 20
@@ -91,23 +94,26 @@ def kv_bytes_per_token(model: ModelFacts, engine: EngineSettings, tensor_paralle
     return full_attention_layers(model) * kv_bytes_per_layer_token(model, engine, tensor_parallel)
 
 
-def _blocks(tokens: int) -> int:
-    return math.ceil(tokens / BLOCK_TOKENS)
+def block_tokens(engine: EngineSettings) -> int:
+    return CPU_BLOCK_TOKENS if engine.vendor == "cpu" else BLOCK_TOKENS
 
 
 def kv_bytes_for_request(
     model: ModelFacts, engine: EngineSettings, context: int, tensor_parallel: int = 1
 ) -> int:
-    """KV one request of `context` tokens needs on one GPU, in whole pages, as vLLM checks it."""
-    per_layer_page = BLOCK_TOKENS * kv_bytes_per_layer_token(model, engine, tensor_parallel)
+    """KV one request of `context` tokens needs on one GPU, in whole pages, as vLLM checks it:
+    beside the pool's null block (one page of every layer, kept empty)."""
+    block = block_tokens(engine)
+    per_layer_page = block * kv_bytes_per_layer_token(model, engine, tensor_parallel)
+    null_block = model.layers * per_layer_page
     full_layers = full_attention_layers(model)
-    full = full_layers * _blocks(context) * per_layer_page
+    full = null_block + full_layers * math.ceil(context / block) * per_layer_page
     window_layers = model.layers - full_layers
     if window_layers == 0 or model.sliding_window is None:
         return full
     # A sliding-window layer keeps at most window - 1 + one step of tokens, plus one page.
     window_tokens = min(model.sliding_window - 1 + engine.max_num_batched_tokens, context)
-    return full + window_layers * (_blocks(window_tokens) + 1) * per_layer_page
+    return full + window_layers * (math.ceil(window_tokens / block) + 1) * per_layer_page
 
 
 def weights_bytes(model: ModelFacts, engine: EngineSettings, tensor_parallel: int = 1) -> int:
@@ -197,7 +203,8 @@ def kv_tokens_for_bytes(
     per_token = model.layers * kv_bytes_per_layer_token(model, engine, tensor_parallel)
     if per_token == 0:
         return 0
-    return kv_bytes // (BLOCK_TOKENS * per_token) * BLOCK_TOKENS
+    block = block_tokens(engine)
+    return kv_bytes // (block * per_token) * block
 
 
 def kv_cache_size_tokens(

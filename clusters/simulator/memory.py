@@ -266,11 +266,15 @@ def kv_bytes_per_token(facts: ModelFacts, shape: EngineShape) -> int:
 
 
 def kv_needed(facts: ModelFacts, shape: EngineShape, max_len: int) -> int:
-    """KV bytes one request of max_len tokens needs; sliding layers hold only their window."""
+    """KV bytes one request of max_len tokens needs; sliding layers hold only their window.
+
+    The pool keeps one block of every layer empty (vLLM's null block), so the request's blocks
+    must fit beside it: 1 MiB of the tiny Llama's cache is 4 blocks of 128 tokens on the CPU
+    build, and the engine says 384 tokens fit, not 512."""
     per_layer_block = kv_bytes_per_token_per_layer(facts, shape) * shape.block_size
     full, sliding = _layer_split(facts, shape)
     blocks = math.ceil(max_len / shape.block_size)
-    need = full * blocks * per_layer_block
+    need = (full + sliding) * per_layer_block + full * blocks * per_layer_block
     if sliding and facts.sliding_window:
         window = min(facts.sliding_window - 1 + shape.max_num_batched_tokens, max_len)
         need += sliding * (math.ceil(window / shape.block_size) + 1) * per_layer_block

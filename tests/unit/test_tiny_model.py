@@ -267,3 +267,32 @@ def test_the_gguf_vocabulary_is_the_tokenizers_with_the_gpt_2_pre_tokenizer(read
     assert field(reader, "tokenizer.ggml.bos_token_id") == 0
     assert field(reader, "tokenizer.ggml.eos_token_id") == 1
     assert field(reader, "tokenizer.chat_template") == tiny_model.CHAT_TEMPLATE
+
+
+def test_a_tied_shape_has_no_lm_head_and_says_so_in_its_config():
+    tied = tiny_model.Shape(vocab_size=600, tie_word_embeddings=True)
+    weights = tiny_model.random_weights(tied)
+    assert "lm_head.weight" not in weights
+    assert weights["model.embed_tokens.weight"].shape == (600, tied.hidden_size)
+    assert tiny_model.hf_config(tied)["tie_word_embeddings"] is True
+
+
+def test_qwen3_0_6b_s_shape_has_its_config_dimensions_and_0_6_billion_parameters():
+    shape = tiny_model.QWEN3_0_6B
+    config = tiny_model.hf_config(shape)
+    assert (config["num_hidden_layers"], config["hidden_size"], config["head_dim"]) == (
+        28,
+        1024,
+        128,
+    )
+    assert (config["num_attention_heads"], config["num_key_value_heads"]) == (16, 8)
+    per_layer = (16 + 8 + 8 + 16) * 128 * 1024 + 3 * 3072 * 1024 + 2 * 1024
+    assert 151936 * 1024 + 28 * per_layer + 1024 == pytest.approx(0.596e9, rel=0.01)
+
+
+def test_only_the_tiny_shape_is_written_as_a_gguf(tmp_path):
+    small = tiny_model.Shape(hidden_size=128, intermediate_size=256, heads=2, kv_heads=1)
+    written = write_tiny_model(tmp_path / "small", small)
+    assert written.gguf_file == ""
+    assert not (tmp_path / "small" / GGUF_FILE).exists()
+    assert written.hidden_size == 128

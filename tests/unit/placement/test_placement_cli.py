@@ -143,7 +143,7 @@ def test_plan_prints_the_plan_and_exits_0() -> None:
     assert result["placed"][0]["allocated_capacity_gb"] == 39.6
     assert (result["fit_now"], result["fit_empty"]) == (3, 4)
     assert [n["reason"] for n in result["not_placed"]] == ["insufficient_capacity"] * 2
-    assert result["estimate"]["total_gb"] == 17.94
+    assert result["estimate"]["total_gb"] == 17.95
 
 
 def test_plan_exits_0_when_nothing_fits() -> None:
@@ -158,10 +158,10 @@ def test_estimate_prints_only_the_parts() -> None:
     assert status == 0
     assert json.loads(out) == {
         "weights_gb": 15.26,
-        "kv_cache_gb": 1.12,
+        "kv_cache_gb": 1.13,
         "activations_gb": 0.33,
         "overhead_gb": 1.23,
-        "total_gb": 17.94,
+        "total_gb": 17.95,
         "kv_bytes_per_token": 147456,
         "tensor_parallel": 1,
     }

@@ -35,7 +35,8 @@ def test_total_is_the_sum_of_the_parts() -> None:
     assert part.total_bytes == (
         part.weights_bytes + part.kv_cache_bytes + part.activations_bytes + part.overhead_bytes
     )
-    assert part.kv_cache_bytes == 8192 * 147_456  # one request at max_model_len
+    # One request at max_model_len, beside the pool's null block of 16 tokens.
+    assert part.kv_cache_bytes == (8192 + 16) * 147_456
 
 
 def test_tensor_parallel_splits_weights_and_kv_heads() -> None:
@@ -68,12 +69,15 @@ def test_sliding_window_layers_stop_growing_with_the_context() -> None:
     window_tokens = 1024 - 1 + ENGINE.max_num_batched_tokens
     pages = -(-window_tokens // BLOCK_TOKENS) + 1
     per_layer_page = BLOCK_TOKENS * 2 * 16 * 128 * 2
-    assert short == 10 * (32_768 // BLOCK_TOKENS) * per_layer_page + 52 * pages * per_layer_page
+    null_block = 62 * per_layer_page
+    full = 10 * (32_768 // BLOCK_TOKENS) * per_layer_page
+    assert short == null_block + full + 52 * pages * per_layer_page
 
 
 def test_sliding_window_layers_hold_no_more_than_the_context() -> None:
     tiny = kv_bytes_for_request(GPT_OSS_20B, ENGINE, 16)
-    assert tiny == 12 * 1 * BLOCK_TOKENS * 2048 + 12 * 2 * BLOCK_TOKENS * 2048
+    null_block = 24 * BLOCK_TOKENS * 2048
+    assert tiny == null_block + 12 * 1 * BLOCK_TOKENS * 2048 + 12 * 2 * BLOCK_TOKENS * 2048
 
 
 def test_mla_cache_has_no_separate_keys_and_values() -> None:
@@ -169,10 +173,10 @@ def test_on_a_cpu_the_runtime_is_the_cpu_builds_processes_not_cuda_graphs():
     on_gpu = estimate_copy(LLAMA_3_1_8B, ENGINE)
     on_cpu = estimate_copy(LLAMA_3_1_8B, dataclasses.replace(ENGINE, vendor="cpu"))
     assert on_cpu.overhead_bytes == CPU_RUNTIME_BYTES != on_gpu.overhead_bytes
-    assert (on_cpu.weights_bytes, on_cpu.kv_cache_bytes) == (
-        on_gpu.weights_bytes,
-        on_gpu.kv_cache_bytes,
-    )
+    assert on_cpu.weights_bytes == on_gpu.weights_bytes
+    # The CPU build's blocks are of 128 tokens: 8192 tokens and the null block are 65 of them.
+    assert on_cpu.kv_cache_bytes == 65 * 128 * on_cpu.kv_bytes_per_token
+    assert on_gpu.kv_cache_bytes == 513 * 16 * on_gpu.kv_bytes_per_token
     budget = 40 * (1 << 30)
     fixed = on_cpu.weights_bytes + on_cpu.activations_bytes + CPU_RUNTIME_BYTES
     cpu = dataclasses.replace(ENGINE, vendor="cpu")

@@ -106,7 +106,7 @@ def test_insufficient_system_memory_on_a_unified_memory_machine() -> None:
     reason, message = first_refusal(cluster(SPARK), request(LLAMA_3_3_70B, 1))
     assert reason is NoFitReason.INSUFFICIENT_SYSTEM_MEMORY
     assert message == (
-        "Each copy needs 139.28 GiB (weights 131.50 GiB, context cache 2.50 GiB, working memory "
+        "Each copy needs 139.29 GiB (weights 131.50 GiB, context cache 2.50 GiB, working memory "
         "0.66 GiB, engine overhead 4.62 GiB) on one machine, but the engine can be given at "
         "most 96.00 GiB on any unified-memory machine here (its memory less the 8.00 GiB kept "
         "for the system). Make each copy smaller: pick a smaller or more quantized variant, "
@@ -119,8 +119,8 @@ def test_insufficient_system_memory_while_another_copy_holds_it() -> None:
     reason, message = first_refusal(cluster(SPARK, reservations=(held,)), request(QWEN3_8B, 0.5))
     assert reason is NoFitReason.INSUFFICIENT_SYSTEM_MEMORY
     assert message.startswith(
-        "Each copy reserves 60.00 GiB on one machine for the model's 17.94 GiB (weights "
-        "15.26 GiB, context cache 1.12 GiB, working memory 0.33 GiB, engine overhead 1.23 GiB), "
+        "Each copy reserves 60.00 GiB on one machine for the model's 17.95 GiB (weights "
+        "15.26 GiB, context cache 1.13 GiB, working memory 0.33 GiB, engine overhead 1.23 GiB), "
         "but the most free on any unified-memory machine now is 20.00 GiB (spark; its memory "
         "less the 8.00 GiB kept for the system). Stop a deployment to free memory"
     )
@@ -156,7 +156,7 @@ def test_insufficient_capacity_when_even_an_empty_gpu_is_too_small() -> None:
     reason, message = first_refusal(cluster(h100_machine("m1", 1)), request(LLAMA_3_3_70B, 1))
     assert reason is NoFitReason.INSUFFICIENT_CAPACITY
     assert message == (
-        "Each copy needs 139.28 GiB (weights 131.50 GiB, context cache 2.50 GiB, working memory "
+        "Each copy needs 139.29 GiB (weights 131.50 GiB, context cache 2.50 GiB, working memory "
         "0.66 GiB, engine overhead 4.62 GiB) on one accelerator, but the engine can be given at "
         "most 63.36 GiB on any suitable accelerator here. Make each copy smaller: pick a "
         "smaller or more quantized variant, shorten the longest conversation (now 8192 "
@@ -169,8 +169,8 @@ def test_insufficient_capacity_while_other_deployments_hold_the_room() -> None:
     reason, message = first_refusal(inventory, request(QWEN3_8B, 0.5))
     assert reason is NoFitReason.INSUFFICIENT_CAPACITY
     assert message == (
-        "Each copy reserves 39.60 GiB on one accelerator for the model's 17.94 GiB (weights "
-        "15.26 GiB, context cache 1.12 GiB, working memory 0.33 GiB, engine overhead 1.23 GiB), "
+        "Each copy reserves 39.60 GiB on one accelerator for the model's 17.95 GiB (weights "
+        "15.26 GiB, context cache 1.13 GiB, working memory 0.33 GiB, engine overhead 1.23 GiB), "
         "but the most free on any suitable accelerator now is 19.80 GiB (m1 GPU 0). Stop a "
         "deployment to free room, or make each copy smaller: pick a smaller or more quantized "
         "variant, shorten the longest conversation (now 8192 tokens), or use the 8-bit context "
