@@ -128,9 +128,10 @@ def check_chat_name(chat_name: Any, deployment_name: str) -> str:
     return chat_name
 
 
-def checked_settings(settings: Any) -> dict[str, Any]:
+def checked_settings(settings: Any, cluster: Cluster) -> dict[str, Any]:
+    """Engine settings as the cluster's own vLLM version takes them."""
     try:
-        return validate_settings(settings or {})
+        return validate_settings(settings or {}, cluster.engine_version)
     except EngineSettingsError as error:
         raise ActionRefused(f"{error.field}: {error.message}", "engine_settings") from None
 
@@ -161,7 +162,7 @@ def host(actor: Any, request: HostRequest) -> Deployment:
     values = {
         "copies_wanted": parse_copies(request.copies),
         "accelerators_per_copy": parse_size(request.accelerators_per_copy),
-        "engine_settings": checked_settings(request.engine_settings),
+        "engine_settings": checked_settings(request.engine_settings, request.cluster),
         "chat_name": check_chat_name(request.chat_name, name),
         "reply_wait_s": parse_reply_wait(request.reply_wait_s),
     }
@@ -238,7 +239,7 @@ def scale(
 
 def change_settings(actor: Any, deployment: Deployment, engine_settings: Any) -> Deployment:
     """New engine settings: copies are replaced (new generation) the way a size change is."""
-    settings = checked_settings(engine_settings)
+    settings = checked_settings(engine_settings, deployment.cluster)
     with transaction.atomic():
         locked = Deployment.objects.select_for_update().get(pk=deployment.pk)
         Deployment.objects.filter(pk=locked.pk).update(

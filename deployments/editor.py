@@ -26,7 +26,7 @@ from catalog.models import Model, Variant
 from clusters.models import Cluster
 from console.access import NEEDS_OPERATE, get_deployment
 from deployments import actions, launching
-from deployments.engine import presets, suggestions
+from deployments.engine import presets, reviewed, suggestions
 from deployments.engine.argv import LaunchFacts, cpu_threads, preview_argv
 from deployments.engine.context import EngineContext
 from deployments.engine.settings import CATALOG, EngineSettingsError, validate_settings
@@ -226,8 +226,10 @@ class EditorState:
     def suggestion_by_control(self) -> dict[str, str]:
         return {self.control_for(s.setting): s.why for s in self.suggestions}
 
-    def flags(self, query: str) -> list[FlagSpec]:
-        return flag_list(self.context.version).search(query)[:FLAG_LIST_LIMIT]
+    def flags(self, query: str) -> list[tuple[FlagSpec, str]]:
+        """The flags matching `query`, each with whether and how it may be typed here."""
+        found = flag_list(self.context.version).search(query)[:FLAG_LIST_LIMIT]
+        return [(spec, reviewed.summary(spec.name)) for spec in found]
 
 
 def most_cores(cluster: Cluster | None) -> int:
@@ -262,6 +264,7 @@ def preview_for(where: Where, context: EngineContext, settings: dict[str, Any]) 
         on_cpu=context.on_cpu,
         cpu_threads=cpu_threads(where.size, most_cores(where.cluster)) if context.on_cpu else 0,
         kv_cache_bytes=cpu_preview_cache_bytes(where, context, settings),
+        engine_version=context.version,
     )
     try:
         gguf = where.gguf_path or f"{where.model.repo_id}/{where.variant.gguf_file}"

@@ -105,6 +105,7 @@ def launch_facts(copy: Copy, port: int, gpus: list[Accelerator]) -> LaunchFacts:
         on_cpu=cpu,
         cpu_threads=cpu_threads(float(deployment.accelerators_per_copy), cores) if cpu else 0,
         kv_cache_bytes=cpu_cache_bytes(deployment, copy.allocated_bytes) if cpu else 0,
+        engine_version=deployment.cluster.engine_version,
     )
 
 

@@ -37,6 +37,8 @@ class LaunchFacts:
     on_cpu: bool = False
     cpu_threads: int = 0
     kv_cache_bytes: int = 0
+    # The cluster's vLLM version: the settings are checked again against its flags at launch.
+    engine_version: str = ""
 
 
 def flag_arguments(settings: dict[str, Any]) -> list[str]:
@@ -56,7 +58,7 @@ def flag_arguments(settings: dict[str, Any]) -> list[str]:
 
 def vllm_argv(settings: dict[str, Any], facts: LaunchFacts) -> list[str]:
     """`vllm serve …` for one copy. The placement's memory share overrides any stored value."""
-    checked = validate_settings(settings)
+    checked = validate_settings(settings, facts.engine_version)
     checked.pop("gpu_memory_utilization", None)
     argv = ["vllm", "serve", facts.model, "--served-model-name", facts.served_name]
     argv += ["--host", facts.host, "--port", str(facts.port)]
@@ -75,7 +77,7 @@ def revision_arguments(facts: LaunchFacts) -> list[str]:
 
 def llamacpp_argv(settings: dict[str, Any], facts: LaunchFacts, gguf_path: str) -> list[str]:
     """`llama-server …` for a GGUF variant (all layers on the GPU when there is one)."""
-    checked = validate_settings(settings)
+    checked = validate_settings(settings, facts.engine_version)
     argv = ["llama-server", "--model", gguf_path, "--alias", facts.served_name]
     # --metrics: llama.cpp serves /metrics only when asked, and the watcher reads it.
     argv += ["--host", facts.host, "--port", str(facts.port), "--metrics"]

@@ -1,11 +1,11 @@
 """The "Other flags" box: free text for any vLLM flag the editor has no control for.
 
 The text is split as a POSIX shell would split it (shlex), and then every word is checked: only
-flags of the cluster's vLLM version, each with a value of the right type; never a flag Berth
-manages itself, never one that loads code or reads files (reference/vllm.md §1.6), no word on its
-own (a positional would replace the model), no NUL or line break, nothing that reads as shell
-syntax. The argv is never run through a shell, so the checks are about what vLLM itself would do
-with the words; refusing shell syntax as well keeps the stored text obviously harmless.
+flags of the cluster's vLLM version that were reviewed for Berth (deployments/engine/reviewed.py:
+the allow-list, with the keys a JSON flag may set), each with a value of the right type; no word
+on its own (a positional would replace the model), no NUL or line break, nothing that reads as
+shell syntax. The argv is never run through a shell, so the checks are about what vLLM itself
+would do with the words; refusing shell syntax as well keeps the stored text obviously harmless.
 
 Every refusal names the word and says why.
 """
@@ -20,6 +20,7 @@ import shlex
 import unicodedata
 from dataclasses import dataclass
 
+from deployments.engine import reviewed
 from deployments.engine.versions import FlagList, FlagSpec
 
 MAX_CHARACTERS = 2000
@@ -28,65 +29,6 @@ MAX_VALUE = 500
 LOOKALIKE_DASHES = "\u00ad\u2010\u2011\u2012\u2013\u2014\u2015\u2212\ufe58\ufe63\uff0d"
 SHELL_CHARACTERS = "`$;|&<>\\"
 HUMAN_READABLE_INTS = {"max_model_len", "max_num_batched_tokens", "kv_cache_memory_bytes"}
-SAFE_GENERATION_CONFIG = {"auto", "vllm"}
-
-# Flags Berth sets itself, by vLLM's dest name, with why.
-MANAGED = {
-    "model": "Berth passes the deployment's own model",
-    "model_tag": "Berth passes the deployment's own model",
-    "host": "Berth sets the address each copy listens on",
-    "port": "Berth sets the port each copy listens on",
-    "uds": "Berth sets the address each copy listens on",
-    "served_model_name": "Berth names the model after the deployment",
-    "api_key": "Berth gives each copy its own key",
-    "root_path": "Berth's gateway routes the requests",
-    "download_dir": "Berth keeps the model's files",
-    "hf_token": "Berth passes the Hugging Face token itself",
-    "revision": "set the revision when hosting",
-    "tensor_parallel_size": "it follows the number of accelerators per copy (Scale)",
-    "gpu_memory_utilization": "use Share of the accelerator's memory",
-    "headless": "Berth runs each copy as one server",
-    "api_server_count": "Berth runs each copy as one server",
-}
-# Flags the editor has a control for: one place for each setting, so the estimate sees it.
-EDITOR_CONTROLS = {
-    "max_model_len": "Longest conversation",
-    "kv_cache_dtype": "8-bit context cache",
-    "max_num_seqs": "Requests at once",
-    "max_num_batched_tokens": "Tokens per step",
-    "enforce_eager": "Skip graph capture",
-    "enable_prefix_caching": "Reuse shared prompt starts",
-    "enable_chunked_prefill": "Split long prompts",
-    "enable_auto_tool_choice": "Tool calling",
-    "tool_call_parser": "Tool calling → Format",
-    "reasoning_parser": "Show its thinking separately",
-    "runner": "Serve embeddings",
-}
-# Flags that load code or read files on the machine (reference/vllm.md §1.6).
-LOADS_CODE_OR_FILES = {
-    "config": "it reads a whole file of flags",
-    "middleware": "it loads Python code into the server",
-    "logits_processors": "it loads Python code",
-    "logits_processor_pattern": "it lets requests load Python code",
-    "chat_template": "it reads a file from the machine",
-    "allowed_local_media_path": "it lets requests read files on the machine",
-    "enable_prompt_embeds": "it accepts tensors from requests (vLLM: only for trusted users)",
-    "trust_remote_code": "it runs Python from the model's repository; use Run the model's own "
-    "code, which warns",
-    "hf_overrides": "it rewrites the model's configuration",
-    "model_loader_extra_config": "it configures loaders that read other files",
-    "kv_transfer_config": "it can name modules to load",
-    "ec_transfer_config": "it can name modules to load",
-    "speculative_config": "it can load a second model",
-    "tokenizer": "it loads a tokenizer from another repository or path",
-    "hf_config_path": "it reads a configuration from a path",
-    "lora_modules": "it loads adapters from paths",
-    "log_config_file": "it reads a file from the machine",
-    "code_revision": "it picks which Python code of the repository runs",
-    "tool_server": "it connects the server to tool servers",
-    "model_class_overrides": "it loads other model classes",
-}
-CODE_SUFFIXES = ("_cls", "_path", "_paths", "_file", "_files", "_dir", "_module", "_modules")
 
 
 class OtherFlagsError(ValueError):
@@ -206,24 +148,34 @@ def describe(character: str) -> str:
 
 def read_flag(reading: Reading, word: str) -> None:
     option, has_value, inline = word.partition("=")
-    base, dot, _sub = option.partition(".")  # --json-flag.key value, -cc.key=value
+    base, dot, key = option.partition(".")  # --json-flag.key value, -cc.key=value
     spec, negated = find_flag(reading.flags, base)
     if spec is None:
         reading.problems.append(unknown(word, base, reading.flags))
         skip_values(reading)
         return
-    refusal = refused(spec)
-    if refusal:
+    refusal = reviewed.refusal(spec.name)
+    if refusal and not (negated and reviewed.turning_off_is_fine(spec.name)):
         reading.problems.append(f"{quoted(word)} cannot be set here: {refusal}")
         if not has_value and spec.takes_value:
             skip_values(reading, spec.multiple)
         return
-    if spec.name in reading.seen and not dot:
+    if dot and not takes_json(spec):
+        reading.problems.append(f"{quoted(word)} sets a key of a flag that has none")
+        skip_values(reading, spec.multiple)
+        return
+    setting = f"{spec.name}.{key}" if dot else spec.name
+    if setting in reading.seen:
         reading.problems.append(f"{quoted(word)} is given twice")
-    reading.seen.add(spec.name)
+    reading.seen.add(setting)
     values = take_values(reading, spec, inline if has_value else None, bool(dot), negated)
     if values is not None:
-        check_values(reading, word, spec, values, bool(dot))
+        check_values(reading, word, spec, values, key if dot else None)
+
+
+def takes_json(spec: FlagSpec) -> bool:
+    """JSON flags, and text flags whose text vLLM reads as JSON (--limit-mm-per-prompt)."""
+    return spec.type == "json" or bool(reviewed.ALLOWED.get(spec.name, reviewed.PLAIN).keys)
 
 
 def find_flag(flags: FlagList, option: str) -> tuple[FlagSpec | None, bool]:
@@ -241,20 +193,6 @@ def unknown(word: str, option: str, flags: FlagList) -> str:
     close = difflib.get_close_matches(option, list(flags.table), n=1, cutoff=0.8)
     hint = f"; did you mean {close[0]}?" if close else ""
     return f"{quoted(word)} is not a flag of vLLM {flags.version}{hint}"
-
-
-def refused(spec: FlagSpec) -> str:
-    """Why Berth does not take this flag as free text ("" when it does)."""
-    name = spec.name
-    if name in MANAGED:
-        return f"Berth manages it ({MANAGED[name]})"
-    if name in EDITOR_CONTROLS:
-        return f"use the editor's own setting, {EDITOR_CONTROLS[name]}"
-    if name in LOADS_CODE_OR_FILES:
-        return LOADS_CODE_OR_FILES[name]
-    if "plugin" in name or name.endswith(CODE_SUFFIXES) or name.startswith("ssl_"):
-        return "it loads code or reads files on the machine"
-    return ""
 
 
 def skip_values(reading: Reading, many: bool = True) -> None:
@@ -309,23 +247,30 @@ def take_values(
 
 
 def check_values(
-    reading: Reading, word: str, spec: FlagSpec, values: list[str], dotted: bool
+    reading: Reading, word: str, spec: FlagSpec, values: list[str], key: str | None
 ) -> None:
     for value in values:
-        problem = word_problem(value) or value_problem(spec, value, dotted)
-        if problem:
-            reading.problems.append(f"{quoted(value)} for {quoted(word)} {problem}")
+        problem = word_problem(value)
+        found = [problem] if problem else value_problems(spec, value, key)
+        reading.problems += [f"{quoted(value)} for {quoted(word)} {p}" for p in found]
 
 
-def value_problem(spec: FlagSpec, value: str, dotted: bool) -> str:
-    """Whether vLLM's parser would take `value` for this flag."""
-    if dotted:
-        return "" if spec.type == "json" else "is a setting of a flag that has none"
-    if spec.name == "generation_config" and value not in SAFE_GENERATION_CONFIG:
-        return "must be auto or vllm (a folder path would read files on the machine)"
-    if spec.choices:
-        return "" if value in spec.choices else f"must be one of {', '.join(spec.choices)}"
-    return TYPE_CHECKS.get(spec.type, lambda _s, _v: "")(spec, value)
+def value_problems(spec: FlagSpec, value: str, key: str | None) -> list[str]:
+    """Whether vLLM's parser would take `value` for this flag, and Berth's review would too."""
+    if key is not None:
+        return reviewed.key_problems(spec.name, key, reviewed.dotted_value(value))
+    if takes_json(spec):
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            return ["must be JSON, e.g. '{\"key\": 1}'"]
+        return reviewed.json_problems(spec.name, parsed)
+    if spec.choices and value not in spec.choices:
+        return [f"must be one of {', '.join(spec.choices)}"]
+    problem = reviewed.value_problem(spec.name, value)
+    if not problem:
+        problem = TYPE_CHECKS.get(spec.type, lambda _s, _v: "")(spec, value)
+    return [problem] if problem else []
 
 
 def int_problem(spec: FlagSpec, value: str) -> str:
@@ -343,12 +288,12 @@ def float_problem(_spec: FlagSpec, value: str) -> str:
     return "" if math.isfinite(number) else "must be a finite number"
 
 
-def json_problem(_spec: FlagSpec, value: str) -> str:
-    try:
-        json.loads(value)
-    except ValueError:
-        return "must be JSON, e.g. '{\"key\": 1}'"
-    return ""
+def text_value_problem(spec: FlagSpec, value: str) -> str:
+    """A text flag's value is a name, never a path (reviewed values are checked before)."""
+    reviewed_values = reviewed.ALLOWED.get(spec.name, reviewed.PLAIN)
+    if reviewed_values.values or reviewed_values.pattern:
+        return ""
+    return "" if re.fullmatch(reviewed.WORD, value) else "must be a name: no slash, no path"
 
 
-TYPE_CHECKS = {"int": int_problem, "float": float_problem, "json": json_problem}
+TYPE_CHECKS = {"int": int_problem, "float": float_problem, "str": text_value_problem}

@@ -124,9 +124,9 @@ def parse_value(setting: Setting, raw: Any, flags: FlagList | None = None) -> An
             return raw
         raise EngineSettingsError(setting.name, "must be true or false")
     if setting.name == "other_flags":
-        return parse_other_flags(raw, flags or flags_for(None))
+        return parse_other_flags(raw, flags or flags_for(""))
     if setting.kind is str:
-        choices = setting.choices or parser_choices(setting, flags or flags_for(None))
+        choices = setting.choices or parser_choices(setting, flags or flags_for(""))
         if raw not in choices:
             raise EngineSettingsError(setting.name, f"must be one of {', '.join(choices)}")
         return raw
@@ -168,12 +168,12 @@ def parse_number(setting: Setting, raw: Any) -> Any:
     return value
 
 
-def validate_settings(settings: Any, version: str | None = None) -> dict[str, Any]:
+def validate_settings(settings: Any, version: str) -> dict[str, Any]:
     """The settings, checked and normalised; raises EngineSettingsError naming the bad one.
 
-    `version` is the cluster's vLLM version: parser names and other flags are checked against
-    its flag list. Without one (the API, the launcher) they are checked against every version
-    Berth knows, so the same hostile text is refused everywhere.
+    `version` is the cluster's vLLM version (Cluster.engine_version; blank: the newest Berth
+    knows): parser names and other flags are checked against its flag list, at save and again
+    at launch.
     """
     if not isinstance(settings, dict):
         raise EngineSettingsError("engine_settings", "must be an object of setting names to values")

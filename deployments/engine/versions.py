@@ -149,32 +149,7 @@ def flag_list(version: str | None = None) -> FlagList:
     )
 
 
-@cache
-def every_version() -> FlagList:
-    """The flags of any known version, for checks made without a cluster (the API's settings).
-
-    A flag only an older version has stays allowed there; the editor checks the cluster's own
-    version before saving.
-    """
-    merged: dict[str, FlagSpec] = {}
-    tools: set[str] = set()
-    reasoning: set[str] = set()
-    quantization: set[str] = set()
-    for version in known_versions():
-        flags = flag_list(version)
-        merged.update({spec.name: spec for spec in flags.flags})
-        tools.update(flags.tool_call_parsers)
-        reasoning.update(flags.reasoning_parsers)
-        quantization.update(flags.quantization_methods)
-    return FlagList(
-        version="any",
-        flags=tuple(merged[name] for name in sorted(merged)),
-        tool_call_parsers=tuple(sorted(tools)),
-        reasoning_parsers=tuple(sorted(reasoning)),
-        quantization_methods=tuple(sorted(quantization)),
-    )
-
-
 def flags_for(version: str | None) -> FlagList:
-    """A version's list, or the union of all when no version is named."""
-    return flag_list(version_for(version)) if version else every_version()
+    """The flag list of a cluster's engine version (blank: the newest). Never the union of
+    versions: a flag only an older vLLM has must not pass for a newer one."""
+    return flag_list(version_for(version))

@@ -21,8 +21,8 @@ from deployments import launching, placing
 from deployments.engine.argv import PORT_SHOWN, redacted
 from deployments.models import Copy, Deployment, Event
 from tests import factories
+from tests.flag_corpus import HOSTILE
 from tests.integration.test_wizard import cluster_of, text
-from tests.unit.test_other_flags import HOSTILE
 
 pytestmark = pytest.mark.django_db
 
@@ -273,9 +273,10 @@ def test_every_hostile_text_is_refused_by_the_editor_and_the_api(as_bob, bob, ti
     advanced(as_bob)
     _key, secret = ApiKey.issue(bob, "test")
     api = Client()
-    for hostile, word in HOSTILE:
+    for hostile, words in HOSTILE:
         page = post_editor(as_bob, tiny, other_flags=hostile, action="save")
-        assert page.status_code == 200 and word in unescape(page.content.decode()), hostile
+        shown = unescape(page.content.decode())
+        assert page.status_code == 200 and all(word in shown for word in words), hostile
         answer = api.post(
             f"/api/v1/deployments/{tiny.pk}/engine-settings",
             {"engine_settings": {"max_model_len": 4096, "other_flags": hostile}},
@@ -284,7 +285,7 @@ def test_every_hostile_text_is_refused_by_the_editor_and_the_api(as_bob, bob, ti
         )
         assert answer.status_code in (400, 422), hostile
         assert answer.json()["field"] == "engine_settings"
-        assert word in answer.json()["detail"], hostile
+        assert all(word in answer.json()["detail"] for word in words), hostile
     assert fresh(tiny).engine_settings == {"max_model_len": 4096}
     assert not Event.objects.filter(deployment=tiny).exists()
 
@@ -315,11 +316,23 @@ def test_the_clusters_vllm_version_decides_the_flags(as_bob, bob, red):
     old.save()
     deployment = deployment_of(red, old, name="on-old")
     advanced(as_bob)
-    assert "--swap-space" in text(as_bob.get(editor_url(deployment), {"flag_q": "swap"}))
-    assert (
-        post_editor(as_bob, deployment, other_flags="--swap-space 4", action="save").status_code
-        == 302
+    page = text(as_bob.get(editor_url(deployment), {"flag_q": "swap"}))
+    assert "--swap-space" in page and "Not here: it takes memory outside the copy's share" in page
+    refused = post_editor(
+        as_bob, deployment, other_flags="--performance-mode interactivity", action="save"
     )
+    assert refused.status_code == 200
+    assert "‘--performance-mode’ is not a flag of vLLM 0.16.0" in unescape(text(refused))
+    assert post_editor(as_bob, deployment, other_flags="--seed 3", action="save").status_code == 302
+
+
+def test_the_list_of_flags_says_which_can_be_set_here(as_bob, bob, tiny):
+    advanced(as_bob)
+    page = text(as_bob.get(editor_url(tiny), {"flag_q": "compilation"}))
+    assert "Only these keys: cudagraph_capture_sizes, cudagraph_mode" in page
+    page = text(as_bob.get(editor_url(tiny), {"flag_q": "numa"}))
+    assert "Not here: it has not been reviewed for Berth yet" in page
+    assert "Can be set under Other flags." in text(as_bob.get(editor_url(tiny), {"flag_q": "seed"}))
 
 
 # --- the scale dialog ------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from deployments import placing
 from deployments.choices import DeploymentState
 from deployments.models import Deployment, Event
 from tests import factories
+from tests.flag_corpus import HOSTILE
 
 pytestmark = pytest.mark.django_db
 H100 = ("NVIDIA-H100-80GB-HBM3", 81559 * 2**20, "9.0")
@@ -253,6 +254,22 @@ def test_advanced_shows_the_engine_choice_and_every_setting(as_bob, bob, red):
         "enforce_eager": True,
         "other_flags": "--max-lora-rank 16",
     }
+
+
+def test_the_wizard_refuses_every_hostile_text_and_hosts_nothing(as_bob, bob, red):
+    cluster = cluster_of("lab")
+    as_bob.post("/deployments/new/mode/", {"mode": "advanced", "next": "/deployments/"})
+    where = start(as_bob, model=model().pk)
+    bf16 = model().variants.get(name="bf16")
+    settings = as_bob.post(
+        where, {**where_values(cluster, "0.5", 1), "variant": bf16.pk, "action": "next"}
+    )["Location"]
+    for hostile, words in HOSTILE:
+        form = {"editor_mode": "advanced", "other_flags": hostile, "action": "next"}
+        page = as_bob.post(settings, form)
+        shown = unescape(page.content.decode())
+        assert page.status_code == 200 and all(word in shown for word in words), hostile
+    assert not Deployment.objects.exists()
 
 
 def test_the_mode_is_remembered_for_the_user(as_bob, bob):

@@ -98,7 +98,7 @@ def test_a_value_with_shell_characters_stays_one_argument():
 )
 def test_bad_settings_are_refused_naming_the_setting(given, field, message):
     with pytest.raises(EngineSettingsError) as raised:
-        validate_settings(given)
+        validate_settings(given, "0.32.0")
     assert raised.value.field == field
     assert message in raised.value.message
 
