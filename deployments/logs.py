@@ -14,6 +14,7 @@ from console import live
 from deployments.choices import LogLevel, LogStream
 from deployments.classify import log_pattern, message_of
 from deployments.models import Copy, Deployment, LogLine
+from deployments.redaction import redact
 
 MAX_LINE = 8000
 
@@ -22,9 +23,16 @@ def write_lines(
     deployment_id: int,
     lines: Sequence[tuple[Copy | None, str, str, datetime, str]],
 ) -> int:
-    """Store (copy, stream, level, time, text) lines with the next seqs; returns the last seq."""
+    """Store (copy, stream, level, time, text) lines with the next seqs; returns the last seq.
+    Secrets are taken out first (deployments/redaction.py): every line is shown to viewers."""
     if not lines:
         return 0
+    copies = {copy for copy, *_ in lines if copy is not None}
+    keys = {copy.pk: copy.engine_api_key() for copy in copies}
+    lines = [
+        (copy, stream, level, at, redact(text, [keys.get(copy.pk, "")] if copy else []))
+        for copy, stream, level, at, text in lines
+    ]
     with transaction.atomic():
         deployment = Deployment.objects.select_for_update().only("log_seq").get(pk=deployment_id)
         first = deployment.log_seq + 1

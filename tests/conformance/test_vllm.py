@@ -77,6 +77,7 @@ def test_without_a_served_name_the_models_list_names_the_folder(kind, tiny, stat
         status, body = engine.get("/v1/models")
     finally:
         engine.stop()
+        engine.wait({"exited", "gone"}, 60)  # its (simulated) memory is free for the next
     assert status == 200
     assert [entry["id"] for entry in json.loads(body)["data"]] == [str(tiny)]
 

@@ -20,7 +20,7 @@ from clusters.backends import supervisor
 from clusters.registry import engine_programs
 from console.models import ApiKey, Role
 from deployments.choices import DeploymentState as D
-from deployments.models import Copy, Deployment, EngineFigures, Reservation
+from deployments.models import Copy, Deployment, EngineFigures, LogLine, Reservation
 from tests import factories
 from tests.e2e.test_navigation import log_in
 from tests.processes import console_processes, gateway_server, wait_for
@@ -140,6 +140,13 @@ def test_the_tiny_model_is_hosted_by_a_real_engine_answers_through_the_gateway_a
     log_in(page, console_url, "bob")
     page.goto(f"{console_url}/deployments/{pk}/logs/")
     page.locator("#log-lines tr", has_text=engine.start_up_line).first.wait_for(timeout=30_000)
+
+    # The engine's key is in no stored line and on no page its viewers open.
+    engine_key = copy.engine_api_key()
+    assert engine_key and not LogLine.objects.filter(text__contains=engine_key).exists()
+    assert engine_key not in page.content()
+    page.goto(f"{console_url}/deployments/{pk}/")
+    assert engine_key not in page.content()
 
     stopped = httpx.post(
         f"{console_url}/api/v1/deployments/{pk}/stop",

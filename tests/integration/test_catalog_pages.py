@@ -129,7 +129,8 @@ def test_the_model_page_shows_facts_variants_and_memory_guidance_per_cluster(cat
     bf16 = next(g for g in response.context["guidance"] if g.variant.name == "bf16")
     assert [e.context for e in bf16.estimates] == [4096, 32768, 40960]
     assert bf16.estimates[0].weights_bytes == 16381470720
-    assert bf16.estimates[1].kv_cache_bytes == 32768 * 147456  # 144 KiB per token
+    # 144 KiB per token, for the context and the pool's null block of 16 tokens
+    assert bf16.estimates[1].kv_cache_bytes == (32768 + 16) * 147456
     (fit,) = bf16.fits
     assert (fit.cluster.name, fit.fit_empty) == ("lab", fit.fit_now)
     assert fit.size is not None and fit.fit_now >= 2

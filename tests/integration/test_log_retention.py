@@ -28,3 +28,15 @@ def test_pruning_keeps_the_newest_lines_of_each_copy(red):
     assert kept.count() == 100 and kept.first().text == "a50" and kept.last().text == "a149"
     assert LogLine.objects.filter(copy=second).count() == 20
     assert prune(100) == 0
+
+
+def test_a_copys_key_never_reaches_the_stored_lines(red):
+    deployment = factories.make_deployment("leaky", red)
+    copy = factories.make_copy(deployment)
+    copy.set_engine_api_key("engine-key-of-any-shape")
+    copy.save()
+    write_lines(
+        deployment.pk,
+        [(copy, LogStream.ENGINE, "INFO", timezone.now(), "echo engine-key-of-any-shape here")],
+    )
+    assert LogLine.objects.get(copy=copy).text == "echo [hidden] here"
