@@ -1,7 +1,8 @@
 from django.contrib import admin
 from django.http import HttpRequest
 
-from catalog.models import MachineFiles, Model, ServerModel, Variant
+from catalog.models import CodeTrust, MachineFiles, Model, ServerModel, Variant
+from catalog.trust import trust, withdraw
 
 
 class VariantInline(admin.TabularInline):
@@ -66,3 +67,31 @@ class MachineFilesAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False
+
+
+@admin.register(CodeTrust)
+class CodeTrustAdmin(admin.ModelAdmin):
+    """Trust is given and withdrawn only by these actions, which record who and when."""
+
+    list_display = ["__str__", "trusted_by", "trusted_at", "asked_by", "asked_at"]
+    list_filter = [("trusted_at", admin.EmptyFieldListFilter)]
+    search_fields = ["model__repo_id", "revision"]
+    readonly_fields = ["asked_by", "asked_at", "trusted_by", "trusted_at"]
+    actions = ["trust_code", "withdraw_trust"]
+
+    def get_actions(self, request: HttpRequest) -> dict:
+        found = super().get_actions(request)
+        found.pop("delete_selected", None)  # withdraw instead: the row keeps the record
+        return found
+
+    @admin.action(description="Trust the code of the selected models (their copies run it)")
+    def trust_code(self, request: HttpRequest, queryset) -> None:
+        for row in queryset:
+            trust(row.model, row.revision, request.user)
+        self.message_user(request, f"Trusted the code of {queryset.count()} model revision(s).")
+
+    @admin.action(description="Withdraw trust in the code of the selected models")
+    def withdraw_trust(self, request: HttpRequest, queryset) -> None:
+        for row in queryset:
+            withdraw(row, request.user)
+        self.message_user(request, f"Withdrew trust in {queryset.count()} model revision(s).")

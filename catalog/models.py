@@ -252,3 +252,38 @@ class MachineFiles(models.Model):
     @property
     def in_progress(self) -> bool:
         return self.state in (MachineFilesState.QUEUED, MachineFilesState.COPYING)
+
+
+class CodeTrust(models.Model):
+    """Whether a model's own Python code (vLLM's --trust-remote-code) may run: a platform
+    admin's decision per model and revision, with who and when; or an operator's request for
+    it (asked_*, no trusted_* yet). Only trusted rows reach an engine's command line."""
+
+    model = models.ForeignKey(Model, on_delete=models.CASCADE, related_name="code_trusts")
+    revision = models.CharField(
+        max_length=100, blank=True, help_text="blank: the revision a deployment gets by default"
+    )
+    asked_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    asked_at = models.DateTimeField(null=True, blank=True)
+    trusted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    trusted_at = models.DateTimeField(null=True, blank=True)
+    note = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["model", "revision"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["model", "revision"], name="one_code_trust_per_revision"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.model} @ {self.revision or 'default'}"
+
+    @property
+    def trusted(self) -> bool:
+        return self.trusted_at is not None

@@ -11,9 +11,11 @@ from typing import Any
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
-from catalog import adding, downloads, guidance
+from catalog import adding, downloads, guidance, trust
 from catalog.forms import AddFromHubForm, AddFromPathForm, DownloadForm, MarketplaceFilter
 from catalog.hub import Access, HubProblem
 from catalog.models import Model, ServerModel, ServerModelState
@@ -118,6 +120,27 @@ def download(request: HttpRequest, pk: int) -> HttpResponse:
         return redirect("model_detail", pk=pk)
     messages.success(request, f"{row.variant}: {row.get_state_display().lower()}.")
     return redirect("server_models")
+
+
+@require_POST
+def ask_code_trust(request: HttpRequest, pk: int) -> HttpResponse:
+    """An operator asks a platform admin to trust a model's own code (they cannot switch it on)."""
+    require_operator_somewhere(request.user)
+    model = get_object_or_404(Model, pk=pk)
+    revision = request.POST.get("code_revision", "")[:100]
+    row = trust.ask(model, revision, request.user)
+    if row.trusted:
+        messages.info(request, f"{model.repo_id}'s own code is trusted already.")
+    else:
+        messages.success(
+            request,
+            f"Asked: a platform admin decides whether {model.repo_id}'s own code may run "
+            "(Django admin → Code trusts).",
+        )
+    target = request.POST.get("code_trust_next", "")
+    if not url_has_allowed_host_and_scheme(target, {request.get_host()}):
+        target = reverse("model_detail", args=[pk])
+    return redirect(target)
 
 
 def server_models(request: HttpRequest) -> HttpResponse:

@@ -30,6 +30,10 @@ class ActionRefused(Exception):
         self.message = message
 
 
+# Stored settings the allow-list refuses (set on upgrade; cleared by new settings).
+SETTINGS_REFUSED = "SettingsRefused"
+
+
 def record(deployment: Deployment, actor: Any, message: str) -> None:
     Event.objects.create(
         deployment=deployment,
@@ -128,10 +132,11 @@ def check_chat_name(chat_name: Any, deployment_name: str) -> str:
     return chat_name
 
 
-def checked_settings(settings: Any, cluster: Cluster) -> dict[str, Any]:
-    """Engine settings as the cluster's own vLLM version takes them."""
+def checked_settings(settings: Any, cluster: Cluster | None) -> dict[str, Any]:
+    """Engine settings as the cluster's own vLLM version takes them (no cluster, as for a
+    memory estimate: the newest version Berth knows)."""
     try:
-        return validate_settings(settings or {}, cluster.engine_version)
+        return validate_settings(settings or {}, cluster.engine_version if cluster else "")
     except EngineSettingsError as error:
         raise ActionRefused(f"{error.field}: {error.message}", "engine_settings") from None
 
@@ -243,7 +248,9 @@ def change_settings(actor: Any, deployment: Deployment, engine_settings: Any) ->
     with transaction.atomic():
         locked = Deployment.objects.select_for_update().get(pk=deployment.pk)
         Deployment.objects.filter(pk=locked.pk).update(
-            engine_settings=settings, generation=locked.generation + 1
+            engine_settings=settings,
+            generation=locked.generation + 1,
+            notices=[n for n in locked.notices if n != SETTINGS_REFUSED],  # checked just now
         )
         record(locked, actor, f"Change engine settings to {settings or 'the defaults'}")
         if locked.state == D.FAILED:

@@ -627,7 +627,7 @@ def check_fit(request: HttpRequest, payload: FitCheckIn) -> dict[str, Any]:
     cluster = find_cluster(payload.cluster)
     copies = actions.parse_copies(payload.copies)
     size = actions.parse_size(payload.accelerators_per_copy)
-    settings = actions.checked_settings(payload.engine_settings)
+    settings = actions.checked_settings(payload.engine_settings, cluster)
     asked = checked_request(model, variant, settings, size, copies, "accelerators_per_copy")
     return fit_check_out(fit_check(cluster, asked), asked.max_model_len)
 
@@ -637,7 +637,7 @@ def estimate_memory(request: HttpRequest, payload: EstimateIn) -> dict[str, Any]
     """The memory one copy needs on each of its GPUs, in parts (GiB)."""
     model = find_model(payload.model)
     variant = find_variant(model, payload.variant)
-    settings = actions.checked_settings(payload.engine_settings)
+    settings = actions.checked_settings(payload.engine_settings, None)
     size = payload.tensor_parallel
     asked = checked_request(model, variant, settings, size, 1, "tensor_parallel")
     try:

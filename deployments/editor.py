@@ -22,6 +22,7 @@ from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
+from catalog import trust
 from catalog.models import Model, Variant
 from clusters.models import Cluster
 from console.access import NEEDS_OPERATE, get_deployment
@@ -43,7 +44,7 @@ GROUPS = [
     ("Context and memory", ["max_model_len", "memory_share", "kv_fp8"]),
     ("Throughput", ["max_num_seqs", "max_num_batched_tokens", "prefix_caching", "chunked_prefill"]),
     ("What it can do", ["tool_calling", "tool_call_parser", "reasoning_parser", "embeddings"]),
-    ("Compatibility", ["enforce_eager", "trust_remote_code"]),
+    ("Compatibility", ["enforce_eager"]),
 ]
 NOVICE_GROUPS = [
     ("Context", ["max_model_len"]),
@@ -63,7 +64,6 @@ CONTROL_OF = {
     "reasoning_parser": "reasoning_parser",
     "runner": "embeddings",
     "enforce_eager": "enforce_eager",
-    "trust_remote_code": "trust_remote_code",
 }
 NOVICE_CONTROL_OF = {"tool_call_parser": "tool_calling", "reasoning_parser": "thinking"}
 # Controls the CPU build has no use for: Berth sizes its cache from the copy's budget
@@ -90,6 +90,12 @@ class Where:
     revision: str = ""
     model_reference: str = ""  # what the engine loads; "" → the repository id
     gguf_path: str = ""  # llama.cpp's file; "" → the repository id / the variant's file
+    # The revision as asked for (a code trust is per asked revision); None → `revision`.
+    asked_revision: str | None = None
+
+    @property
+    def code_revision(self) -> str:
+        return self.revision if self.asked_revision is None else self.asked_revision
 
     def context(self) -> EngineContext:
         hardware = hardware_of(self.cluster) if self.cluster else None
@@ -137,6 +143,18 @@ class EditorState:
     @cached_property
     def warnings(self) -> list[EngineWarning]:
         return warnings_for(self.settings, self.context)
+
+    @cached_property
+    def code_trusted(self) -> bool:
+        return trust.is_trusted(self.where.model, self.where.code_revision)
+
+    @cached_property
+    def code_trust_words(self) -> str:
+        return trust.status_words(self.where.model, self.where.code_revision)
+
+    @cached_property
+    def needs_own_code(self) -> str:
+        return suggestions.needs_own_code(self.context)
 
     def control_for(self, setting: str) -> str:
         """The control that shows a setting (novice mode folds the formats into switches)."""
@@ -265,6 +283,7 @@ def preview_for(where: Where, context: EngineContext, settings: dict[str, Any]) 
         cpu_threads=cpu_threads(where.size, most_cores(where.cluster)) if context.on_cpu else 0,
         kv_cache_bytes=cpu_preview_cache_bytes(where, context, settings),
         engine_version=context.version,
+        trust_remote_code=trust.is_trusted(where.model, where.code_revision),
     )
     try:
         gguf = where.gguf_path or f"{where.model.repo_id}/{where.variant.gguf_file}"
@@ -344,6 +363,7 @@ def where_of(deployment: Deployment) -> Where:
         revision=launching.model_revision(deployment),
         model_reference=launching.model_reference(deployment),
         gguf_path=launching.gguf_path(deployment) if deployment.variant.gguf_file else "",
+        asked_revision=deployment.revision,
     )
 
 

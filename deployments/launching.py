@@ -11,6 +11,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from catalog import trust
 from catalog.downloads import mark_must_redownload
 from clusters.backends.base import BackendError, CopyHandle, CopySpec
 from clusters.backends.engines import EngineMissing
@@ -31,6 +32,7 @@ from deployments.engine.argv import (
     llamacpp_argv,
     vllm_argv,
 )
+from deployments.engine.settings import EngineSettingsError
 from deployments.models import Copy, Deployment, Reservation
 
 log = logging.getLogger(__name__)
@@ -106,6 +108,7 @@ def launch_facts(copy: Copy, port: int, gpus: list[Accelerator]) -> LaunchFacts:
         cpu_threads=cpu_threads(float(deployment.accelerators_per_copy), cores) if cpu else 0,
         kv_cache_bytes=cpu_cache_bytes(deployment, copy.allocated_bytes) if cpu else 0,
         engine_version=deployment.cluster.engine_version,
+        trust_remote_code=trust.is_trusted(deployment.model, deployment.revision),
     )
 
 
@@ -316,6 +319,12 @@ def launch(copy_id: int) -> None:
     except EngineMissing as missing:
         # Trying again cannot help until someone installs the engine: it waits for the operator.
         lifecycle.fail_copy(copy, Failure(ErrorCode.RUNTIME_ERROR, True, str(missing)))
+        return
+    except EngineSettingsError as refused:
+        # Checked again at launch: stored settings the cluster's vLLM (or the review) refuses
+        # never reach an engine; the operator changes them.
+        words = f"The engine settings are refused: {refused}. Change them in Engine settings."
+        lifecycle.fail_copy(copy, Failure(ErrorCode.RUNTIME_ERROR, True, words))
         return
     except BackendError as error:
         lifecycle.fail_copy(copy, Failure(ErrorCode.RUNTIME_ERROR, False, str(error)))

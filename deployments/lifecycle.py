@@ -186,8 +186,13 @@ def fail_no_fit(deployment: Deployment, copies: list[Copy], reason: str) -> None
     )
 
 
+PLACEMENT_NOTICES = {"SharingNotConfigured"}
+
+
 def record_notices(deployment: Deployment, notices: tuple[str, ...]) -> None:
-    wanted = sorted(set(notices) & {"SharingNotConfigured"})
+    """Placement's notices, as this pass found them; notices of other origins are kept."""
+    others = set(deployment.notices) - PLACEMENT_NOTICES
+    wanted = sorted((set(notices) & PLACEMENT_NOTICES) | others)
     if wanted != sorted(deployment.notices):
         Deployment.objects.filter(pk=deployment.pk).update(notices=wanted)
 

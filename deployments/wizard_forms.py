@@ -129,7 +129,6 @@ class EngineSettingsForm(forms.Form):
     reasoning_parser = forms.ChoiceField(label="Thinking format", required=False)
     embeddings = forms.BooleanField(label="Serve embeddings", required=False)
     enforce_eager = forms.BooleanField(label="Skip graph capture", required=False)
-    trust_remote_code = forms.BooleanField(label="Run the model's own code", required=False)
     # Not stripped and without Django's NUL check: the Other flags checks see the text as typed
     # (a trailing line break or a NUL is refused, with their own words, not silently cleaned).
     other_flags = forms.CharField(
@@ -169,7 +168,6 @@ class EngineSettingsForm(forms.Form):
             "reasoning_parser": settings.get("reasoning_parser", ""),
             "embeddings": settings.get("runner") == "pooling",
             "enforce_eager": settings.get("enforce_eager", False),
-            "trust_remote_code": settings.get("trust_remote_code", False),
             "other_flags": settings.get("other_flags", ""),
         }
 
@@ -215,7 +213,6 @@ class EngineSettingsForm(forms.Form):
             "reasoning_parser": data.get("reasoning_parser") or None,
             "runner": "pooling" if data.get("embeddings") else None,
             "enforce_eager": bool(data.get("enforce_eager")),
-            "trust_remote_code": bool(data.get("trust_remote_code")),
             "other_flags": data.get("other_flags") or None,
         }
 

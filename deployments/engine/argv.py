@@ -39,6 +39,8 @@ class LaunchFacts:
     kv_cache_bytes: int = 0
     # The cluster's vLLM version: the settings are checked again against its flags at launch.
     engine_version: str = ""
+    # A platform admin trusts the model's own code (catalog/trust.py): vLLM may run it.
+    trust_remote_code: bool = False
 
 
 def flag_arguments(settings: dict[str, Any]) -> list[str]:
@@ -72,7 +74,9 @@ def vllm_argv(settings: dict[str, Any], facts: LaunchFacts) -> list[str]:
 
 
 def revision_arguments(facts: LaunchFacts) -> list[str]:
-    return ["--revision", facts.revision] if facts.revision else []
+    """The revision, and the model's own code where an admin trusts it (for that revision)."""
+    trusted = ["--trust-remote-code"] if facts.trust_remote_code else []
+    return (["--revision", facts.revision] if facts.revision else []) + trusted
 
 
 def llamacpp_argv(settings: dict[str, Any], facts: LaunchFacts, gguf_path: str) -> list[str]:

@@ -18,6 +18,13 @@ KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
 RUNNERS = ("auto", "generate", "pooling")
 
 
+# Settings that are no longer an operator's, with where they went.
+NOT_SETTINGS = {
+    "trust_remote_code": "is not an engine setting: a platform admin decides whether a model's "
+    "own code runs (Django admin → Code trusts); ask for it in the deployment's engine settings",
+}
+
+
 class EngineSettingsError(ValueError):
     """A setting is unknown or its value is out of range; `field` names it."""
 
@@ -106,13 +113,6 @@ CATALOG = {
             parsers="reasoning_parsers",
         ),
         Setting("runner", "--runner", str, "Runner", choices=RUNNERS, default="auto"),
-        Setting(
-            "trust_remote_code",
-            "--trust-remote-code",
-            bool,
-            "Run the model's own code",
-            default=False,
-        ),
         Setting("other_flags", "", str, "Other flags"),
     ]
 }
@@ -181,6 +181,8 @@ def validate_settings(settings: Any, version: str) -> dict[str, Any]:
     checked = {}
     for name, raw in settings.items():
         setting = CATALOG.get(name)
+        if name in NOT_SETTINGS:
+            raise EngineSettingsError(name, NOT_SETTINGS[name])
         if setting is None:
             known = ", ".join(sorted(CATALOG))
             raise EngineSettingsError(

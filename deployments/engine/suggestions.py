@@ -103,12 +103,18 @@ def recipe_suggestions(context: EngineContext) -> list[Suggestion]:
     if recipe.reasoning_parser in flags.reasoning_parsers:
         why = f"Its thinking shown apart with the {recipe.reasoning_parser} parser: from {source}."
         found.append(Suggestion("reasoning_parser", recipe.reasoning_parser, why))
-    if recipe.trust_remote_code:
-        why = f"The model's repository carries code it needs: from {source}."
-        found.append(Suggestion("trust_remote_code", True, why))
     if recipe.runner:
         found.append(Suggestion("runner", recipe.runner, f"Serve embeddings: {source}."))
     return found
+
+
+def needs_own_code(context: EngineContext) -> str:
+    """Why the model needs its own code to run, where a recipe says so ("" otherwise): not a
+    suggestion an operator applies, since a platform admin decides (catalog/trust.py)."""
+    recipe, source = source_of(context)
+    if not recipe.trust_remote_code:
+        return ""
+    return f"The model's repository carries code it needs to run: from {source}."
 
 
 def memory_suggestions(context: EngineContext) -> list[Suggestion]:

@@ -102,22 +102,11 @@ def tool_format_mismatch(settings: dict[str, Any], context: EngineContext) -> li
     return []
 
 
-def remote_code(settings: dict[str, Any], context: EngineContext) -> list[EngineWarning]:
-    if not settings.get("trust_remote_code"):
-        return []
-    message = (
-        f"This runs Python code from {context.model.repo_id}'s repository on your machines. "
-        "Turn it on only for publishers you trust."
-    )
-    return [EngineWarning("remote_code", "trust_remote_code", message)]
-
-
 CHECKS = [
     context_beyond_model,
     context_beyond_memory,
     share_too_high,
     tool_format_mismatch,
-    remote_code,
 ]
 
 

@@ -23,9 +23,10 @@ from deployments.classify import Failure, classify
 KEY = "sk-engine-only-the-gateway-knows"
 SERVED = "tiny"
 REAL, SIMULATED = "real", "simulated"
-# The simulated machine: a GPU per engine the suite runs at once, so that no simulated engine
-# waits for another's memory (the real engines share this machine's CPU by their own budgets).
-SIM_GPUS = 8
+# The simulated machine: a GPU for each simulated engine a module starts (handed out in turn,
+# never twice in a module), so that no simulated engine finds another's memory taken (the real
+# engines share this machine's CPU by their own budgets).
+SIM_GPUS = 32
 SIM_INVENTORY = {
     "machines": [
         {
@@ -38,6 +39,7 @@ SIM_INVENTORY = {
     ]
 }
 _next_copy = iter(range(1000, 100000))
+_next_sim_gpu = iter(range(10**6))
 
 
 def model_facts(folder: Path) -> dict[str, Any]:
@@ -107,7 +109,7 @@ def start(
         argv=tuple(argv),
         env=env,
         machine="this-machine" if real else "sim-1",
-        gpu_indexes=() if real else (copy_id % SIM_GPUS,),
+        gpu_indexes=() if real else (next(_next_sim_gpu) % SIM_GPUS,),
         memory_share=0.0 if real else 0.8,
         port=port,
         on_cpu=real,

@@ -122,13 +122,13 @@ def test_an_outsider_does_not_find_it(as_dave, dave, tiny):
 )
 def test_a_preset_changes_only_its_settings_and_shows_which(as_bob, bob, tiny, key, label, changed):
     advanced(as_bob)
-    form = {**ADVANCED_FORM, "trust_remote_code": "on", "other_flags": "--seed 3", "preset": key}
+    form = {**ADVANCED_FORM, "other_flags": "--seed 3", "preset": key}
     response = as_bob.post(editor_url(tiny), form)
     page = text(response)
     assert f"Tuned for {label}: changed" in page
     html = response.content.decode()
-    assert 'id="control-trust_remote_code"' in html
-    assert not re.search(r'class="control changed[^"]*" id="control-trust_remote_code"', html)
+    assert 'id="control-tool_calling"' in html  # no preset is about tool calling
+    assert not re.search(r'class="control changed[^"]*" id="control-tool_calling"', html)
     assert 'class="control changed' in html
     assert 'value="--seed 3"' in html  # not about other flags: kept
     assert fresh(tiny).engine_settings == {"max_model_len": 4096}  # nothing saved yet
@@ -143,7 +143,6 @@ def test_each_warning_shows_beside_its_setting_before_save(as_bob, bob, tiny):
             max_model_len="50000",
             memory_share="97",
             tool_call_parser="hermes",
-            trust_remote_code="on",
             action="check",
         )
     )
@@ -152,7 +151,6 @@ def test_each_warning_shows_beside_its_setting_before_save(as_bob, bob, tiny):
     )
     assert "A memory share of 97% leaves vLLM too little room" in page
     assert "A tool format (hermes) is set but tool calling is off" in page
-    assert "This runs Python code from Qwen/Qwen3-0.6B's repository" in page
     quiet = text(post_editor(as_bob, tiny, action="check"))
     assert "No warnings: nothing here stops the engine from starting." in quiet
 

@@ -59,7 +59,6 @@ CAUSES = [
     ("share_above_95", {**FINE, "gpu_memory_utilization": 0.97}, context()),
     ("tool_format_without_tool_calling", {**FINE, "tool_call_parser": "hermes"}, context()),
     ("tool_calling_without_format", {**FINE, "enable_auto_tool_choice": True}, context()),
-    ("remote_code", {**FINE, "trust_remote_code": True}, context()),
 ]
 
 
@@ -100,11 +99,6 @@ def test_a_model_that_does_not_fit_at_all_says_so():
     assert "does not fit" in warning.message and "even with a short conversation" in warning.message
 
 
-def test_the_model_code_warning_names_the_repository():
-    (warning,) = warnings_for({**FINE, "trust_remote_code": True}, context())
-    assert "Python code from Qwen/Qwen3-8B's repository" in warning.message
-
-
 @pytest.mark.parametrize(
     "size,asked,kept,said",
     [
@@ -128,7 +122,7 @@ def test_the_share_default_is_four_fifths_of_the_copys_share():
     assert context(size=0.5).share({"gpu_memory_utilization": 0.9}) == 0.45
 
 
-OTHER = {"trust_remote_code": True, "tool_call_parser": "hermes", "other_flags": "--seed 1"}
+OTHER = {"enable_auto_tool_choice": True, "tool_call_parser": "hermes", "other_flags": "--seed 1"}
 
 
 @pytest.mark.parametrize("key", list(presets.PRESETS))

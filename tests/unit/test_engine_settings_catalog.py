@@ -146,7 +146,6 @@ EDITOR_VALUES = {
     "tool_call_parser": "hermes",
     "reasoning_parser": "qwen3",
     "runner": "pooling",
-    "trust_remote_code": True,
     "other_flags": "--max-lora-rank 16 --seed=7",
 }
 
@@ -175,7 +174,6 @@ def test_every_editor_setting_validates_and_becomes_its_flags():
         "pooling",
         "--tool-call-parser",
         "hermes",
-        "--trust-remote-code",
         "--max-lora-rank",
         "16",
         "--seed=7",
