@@ -356,6 +356,7 @@ def test_launch_creates_the_copys_deployment_and_service(backend, cluster, apps,
     assert pod["nodeSelector"] == {"kubernetes.io/hostname": "gpu-h100-a"}
     assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists"}]
     assert pod["enableServiceLinks"] is False
+    assert pod["automountServiceAccountToken"] is False  # no API token for an engine
     # No shared claim in the namespace: the node's own directory holds the model cache.
     assert pod["volumes"] == [
         {
@@ -409,7 +410,7 @@ def test_launch_creates_the_copys_deployment_and_service(backend, cluster, apps,
         "failureThreshold": 3,
     }
     assert container["volumeMounts"] == [
-        {"name": "model-cache", "mountPath": "/root/.cache/huggingface"},
+        {"name": "model-cache", "mountPath": "/root/.cache/huggingface", "readOnly": True},
         {"name": "shm", "mountPath": "/dev/shm"},
     ]
     service = raw(core.read_namespaced_service("qwen-chat-0", NAMESPACE, _preload_content=False))
@@ -472,6 +473,49 @@ def test_launch_on_a_node_that_left_the_cluster_says_so(backend, cluster):
         backend.launch(copy_spec(machine="gpu-gone"))
 
 
+def test_launch_fences_the_engine_port_to_berths_gateway_and_console(backend, cluster):
+    backend.launch(copy_spec())
+    networking = client.NetworkingV1Api(backend.api)
+    policy = raw(
+        networking.read_namespaced_network_policy(
+            "qwen-chat-0-engine", NAMESPACE, _preload_content=False
+        )
+    )
+    assert policy["metadata"]["labels"] == COPY_LABELS
+    assert policy["spec"] == {
+        "podSelector": {"matchLabels": COPY_SELECTOR},
+        "policyTypes": ["Ingress"],
+        "ingress": [
+            {
+                "from": [
+                    {
+                        "namespaceSelector": {},
+                        "podSelector": {
+                            "matchLabels": {"app.kubernetes.io/part-of": "berth"},
+                            "matchExpressions": [
+                                {
+                                    "key": "app.kubernetes.io/component",
+                                    "operator": "In",
+                                    "values": ["gateway", "console"],
+                                }
+                            ],
+                        },
+                    }
+                ],
+                "ports": [{"protocol": "TCP", "port": 8000}],
+            }
+        ],
+    }
+
+
+def test_the_api_servers_addresses_can_be_admitted_too():
+    from clusters.backends.kubernetes.manifests import build_network_policy
+
+    settings = ManifestSettings(engine_client_cidrs=("10.0.0.1/32",))
+    policy = build_network_policy(copy_spec(), NAMESPACE, settings)
+    assert policy["spec"]["ingress"][0]["from"][1] == {"ipBlock": {"cidr": "10.0.0.1/32"}}
+
+
 def test_stop_deletes_the_copys_deployment_and_service_only(backend, cluster, apps, core):
     handle = backend.launch(copy_spec())
     backend.launch(copy_spec(copy_id=8, ordinal=1))
@@ -487,6 +531,8 @@ def test_stop_deletes_the_copys_deployment_and_service_only(backend, cluster, ap
     ]
     keys = [s.metadata.name for s in core.list_namespaced_secret(NAMESPACE).items]
     assert "qwen-chat-0-engine-key" not in keys and "qwen-chat-1-engine-key" in keys
+    policies = client.NetworkingV1Api(backend.api).list_namespaced_network_policy(NAMESPACE)
+    assert [p.metadata.name for p in policies.items] == ["qwen-chat-1-engine"]
 
 
 @pytest.mark.parametrize(

@@ -57,6 +57,7 @@ from clusters.backends.kubernetes.manifests import (
     ManifestSettings,
     build_deployment,
     build_engine_key_secret,
+    build_network_policy,
     build_service,
     token_secret_name,
 )
@@ -125,6 +126,7 @@ class KubernetesBackend:
         *,
         model_cache_claim: str = "berth-model-cache",
         hf_token_secret: str = "berth-hf-token",
+        engine_client_cidrs: tuple[str, ...] = (),
         connect_timeout_s: float = 5.0,
         request_timeout_s: float = 30.0,
         watch_timeout_s: float = 15.0,
@@ -142,9 +144,13 @@ class KubernetesBackend:
         self.core = client.CoreV1Api(self.api)
         self.apps = client.AppsV1Api(self.api)
         self.batch = client.BatchV1Api(self.api)
+        self.networking = client.NetworkingV1Api(self.api)
         self.fill_poll_s, self.fill_timeout_s = fill_poll_s, fill_timeout_s
         self.settings = ManifestSettings(
-            image=engine_image, model_cache_claim=model_cache_claim, hf_token_secret=hf_token_secret
+            image=engine_image,
+            model_cache_claim=model_cache_claim,
+            hf_token_secret=hf_token_secret,
+            engine_client_cidrs=engine_client_cidrs,
         )
         self.timeout = (connect_timeout_s, request_timeout_s)
         # Also how long a stop_event may wait to be noticed by watch_pods and follow_logs.
@@ -176,6 +182,13 @@ class KubernetesBackend:
             self.core.create_namespaced_secret,
             self.core.delete_namespaced_secret,
             self.core.list_namespaced_secret,
+        )
+        self.network_policies = ObjectKind(
+            "NetworkPolicy",
+            self.networking.read_namespaced_network_policy,
+            self.networking.create_namespaced_network_policy,
+            self.networking.delete_namespaced_network_policy,
+            self.networking.list_namespaced_network_policy,
         )
 
     def close(self) -> None:
@@ -359,6 +372,9 @@ class KubernetesBackend:
         service = build_service(spec, self.namespace)
         if spec.secret_env:
             self.write_engine_key(build_engine_key_secret(spec, self.namespace))
+        # The fence first: the engine's pod never listens unguarded.
+        policy = build_network_policy(spec, self.namespace, settings)
+        self.ensure(self.network_policies, policy, spec.copy_id)
         self.ensure(self.deployments, deployment, spec.copy_id)
         self.ensure(self.services, service, spec.copy_id)
         port = service["spec"]["ports"][0]["port"]
@@ -449,9 +465,9 @@ class KubernetesBackend:
         return [item.metadata.name for item in items if belongs_to(item, copy_id)]
 
     def stop(self, handle: CopyHandle) -> None:
-        """Delete the copy's Deployment, Service and key Secret (found by label); missing ones
-        are fine."""
-        for kind in (self.deployments, self.services, self.secrets):
+        """Delete the copy's Deployment, Service, key Secret and NetworkPolicy (found by
+        label); missing ones are fine."""
+        for kind in (self.deployments, self.services, self.secrets, self.network_policies):
             for name in self.names_of_copy(kind, handle.copy_id):
                 self.delete(kind, name)
 

@@ -58,6 +58,9 @@ class ManifestSettings:
     hf_token_secret: str = "berth-hf-token"
     hf_token_key: str = "token"
     shm_size: str = "2Gi"
+    # Besides Berth's gateway and console pods, who may reach an engine's port: the API
+    # server's addresses (the watcher reads /metrics through its proxy), as CIDRs.
+    engine_client_cidrs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -242,7 +245,9 @@ def engine_container(
         # Extended resources must have requests equal to limits.
         "resources": {"requests": dict(gpus), "limits": dict(gpus)},
         "volumeMounts": [
-            {"name": "model-cache", "mountPath": HF_CACHE},
+            # Read-only: only the fill Jobs write the cache, so an engine (or a model's own
+            # code) cannot rewrite another team's weights, templates or code.
+            {"name": "model-cache", "mountPath": HF_CACHE, "readOnly": True},
             {"name": "shm", "mountPath": "/dev/shm"},
         ],
         # Readiness only: a liveness probe would restart an engine that is still loading a large
@@ -267,6 +272,8 @@ def pod_spec(
         "tolerations": [{"key": name, "operator": "Exists"} for name in sorted(gpus)],
         # Service links would add VLLM_*_PORT variables, which vLLM reads as its own settings.
         "enableServiceLinks": False,
+        # An engine has no business with the Kubernetes API: no token to steal.
+        "automountServiceAccountToken": False,
         "containers": [engine_container(spec, engine, gpus, settings)],
         "volumes": volumes(settings),
     }
@@ -297,6 +304,55 @@ def build_deployment(
                 "metadata": {"labels": labels},
                 "spec": pod_spec(spec, engine, node, settings),
             },
+        },
+    }
+
+
+# The labels Berth's own pods carry (its Helm chart and manifests set them).
+BERTH_PART_OF = {"app.kubernetes.io/part-of": BERTH}
+ENGINE_CLIENTS = ("gateway", "console")
+
+
+def network_policy_name(spec: CopySpec) -> str:
+    return f"{object_name(spec.deployment_name, spec.ordinal)}-engine"
+
+
+def engine_clients(settings: ManifestSettings) -> list[dict[str, Any]]:
+    """Who may reach an engine: Berth's gateway and console pods in any namespace, and the
+    addresses the cluster's admin names."""
+    component = {
+        "key": "app.kubernetes.io/component",
+        "operator": "In",
+        "values": list(ENGINE_CLIENTS),
+    }
+    berth_pods = {
+        "namespaceSelector": {},
+        "podSelector": {"matchLabels": dict(BERTH_PART_OF), "matchExpressions": [component]},
+    }
+    return [berth_pods] + [{"ipBlock": {"cidr": cidr}} for cidr in settings.engine_client_cidrs]
+
+
+def build_network_policy(
+    spec: CopySpec, namespace: str, settings: ManifestSettings
+) -> dict[str, Any]:
+    """Only Berth reaches the copy's engine port; nothing else in the cluster (another team's
+    engine included) does."""
+    name = object_name(spec.deployment_name, spec.ordinal)
+    port = engine_args(spec.argv, spec.port or DEFAULT_PORT).port
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": network_policy_name(spec),
+            "namespace": namespace,
+            "labels": copy_labels(spec, name),
+        },
+        "spec": {
+            "podSelector": {"matchLabels": copy_selector(spec.copy_id)},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {"from": engine_clients(settings), "ports": [{"protocol": "TCP", "port": port}]}
+            ],
         },
     }
 
