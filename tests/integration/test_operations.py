@@ -202,7 +202,7 @@ def restart_embedded_redis() -> None:
     pid = int((services.REDIS_DIR / "redis.pid").read_text())
     os.kill(pid, signal.SIGKILL)
     wait_for(lambda: not services.port_open(port), 10, what="Redis to go down")
-    services.start_redis(port)
+    services.start_redis(port, services.generated_keys()[services.REDIS_PASSWORD])
 
 
 def test_a_redis_restart_in_the_middle_converges(tmp_path, catalog, bob, red):
