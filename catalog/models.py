@@ -255,9 +255,10 @@ class MachineFiles(models.Model):
 
 
 class CodeTrust(models.Model):
-    """Whether a model's own Python code (vLLM's --trust-remote-code) may run: a platform
-    admin's decision per model and revision, with who and when; or an operator's request for
-    it (asked_*, no trusted_* yet). Only trusted rows reach an engine's command line."""
+    """A platform admin's trust in a model revision's own code, or an operator's request for it."""
+
+    # Who decided and when (trusted_*), or only who asked (asked_*); only trusted rows reach an
+    # engine's command line (catalog/trust.py).
 
     model = models.ForeignKey(Model, on_delete=models.CASCADE, related_name="code_trusts")
     revision = models.CharField(

@@ -176,8 +176,15 @@ def spec_for(copy: Copy, port: int = 0, api_key: str = "") -> CopySpec:
         port=port,
         token_owner=deployment.team.name,
         on_cpu=facts.on_cpu,
+        model_files=local_model_files(deployment),
         secret_env=key_environment(deployment.variant.engine, api_key) if api_key else {},
     )
+
+
+def local_model_files(deployment: Deployment) -> str:
+    """The folder of the model's files on this machine, where the engine loads them from."""
+    reference = model_reference(deployment)
+    return reference if reference.startswith("/") else ""
 
 
 def load_copy(copy_id: int) -> Copy | None:

@@ -91,6 +91,9 @@ class CopySpec:
     port: int = 0
     token_owner: str = ""  # the team whose Hugging Face token the copy may use (its name only)
     on_cpu: bool = False  # placed on a CPU machine (vendor cpu): no GPU is made visible to it
+    # The model's files on this machine (a folder or a GGUF), which a local engine's user may
+    # read; "" when the engine fetches them itself.
+    model_files: str = ""
     # The copy's secrets (its engine key) by variable: local engines get them in their
     # environment, pods from a Secret; never on a command line, in a record or in a repr.
     secret_env: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)

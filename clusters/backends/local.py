@@ -22,7 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from clusters.backends import supervisor
+from clusters.backends import isolation, supervisor
 from clusters.backends.base import (
     BackendError,
     CopyHandle,
@@ -310,12 +310,21 @@ class LocalProcessBackend:
         cwd: Path | None = None,
         extra: Mapping[str, Any] | None = None,
     ) -> CopyHandle:
-        """Start the engine under the supervisor and write the copy's record."""
+        """Start the engine under the supervisor and write the copy's record. Where users can
+        be switched, the engine runs as its team's engine user in a working folder of its own
+        (isolation.py); the copy's record, log and exit file stay the console's (0700)."""
         port = engine_port(argv, spec.port)
         folder = self.copy_dir(spec.copy_id)
         folder.mkdir(parents=True, exist_ok=True)
+        folder.chmod(0o700)
         self.log_path(spec.copy_id).write_bytes(b"")  # each launch has its own log
         self._cursors.pop(spec.copy_id, None)
+        user = isolation.engine_user(spec.token_owner)
+        if user is not None:
+            home = isolation.working_folder(self.state_dir, spec.copy_id, user)
+            env = {**env, **isolation.environment(home, user)}
+            isolation.make_reachable(argv, spec.model_files)
+            cwd = home
         started_at = datetime.now().astimezone()
         try:
             pid = supervisor.start(
@@ -324,6 +333,7 @@ class LocalProcessBackend:
                 env=env,
                 log_path=self.log_path(spec.copy_id),
                 exit_path=self.exit_path(spec.copy_id),
+                user=(user.uid, user.gid) if user else None,
             )
         except supervisor.SupervisorError as error:
             raise BackendError(str(error)) from error
@@ -335,6 +345,7 @@ class LocalProcessBackend:
             "machine": machine,
             "started_at": started_at.isoformat(),
             "argv": redact_argv(argv),
+            "engine_user": user.name if user else "",
             **(extra or {}),
         }
         self._write_record(spec.copy_id, record)

@@ -2,13 +2,17 @@
 
 Each engine runs under a tiny wrapper, this file run as a script::
 
-    python -I clusters/backends/supervisor.py wrap EXIT_FILE -- ENGINE_ARGV…
+    python -I clusters/backends/supervisor.py wrap EXIT_FILE [--as UID:GID] -- ENGINE_ARGV…
 
 The wrapper leads a new session (so the engine and everything it forks share one process
 group, whose id is the wrapper's pid), runs the engine as its child with the wrapper's own
 stdout/stderr (the copy's log file, never a pipe: nobody may have to read a pipe for the engine
 to keep running), waits for it and writes its exit status into EXIT_FILE. Whoever started it can
 also reap it with waitpid; a console that restarted cannot, and reads the file instead.
+
+With ``--as`` the engine runs as that unprivileged user (its team's engine user, see
+isolation.py) while the wrapper stays the console's: the engine cannot touch the exit file,
+the copy's record or its log file, which it only holds open for writing.
 
 Signals meant for the copy go to the whole group (``stop`` does that). The wrapper survives
 SIGTERM, SIGINT and SIGHUP so that it can still record how the engine ended.
@@ -69,10 +73,13 @@ def find_program(program: str, env: Mapping[str, str]) -> str | None:
     return shutil.which(program, path=env.get("PATH", os.defpath))
 
 
-def wrapper_argv(exit_path: Path, argv: Sequence[str]) -> list[str]:
+def wrapper_argv(
+    exit_path: Path, argv: Sequence[str], user: tuple[int, int] | None = None
+) -> list[str]:
     # -I: the wrapper ignores PYTHON* variables and does not put its own folder on sys.path, so
     # no module next to this file can shadow the standard library.
-    return [sys.executable, "-I", str(WRAPPER), "wrap", str(exit_path), "--", *argv]
+    run_as = ["--as", f"{user[0]}:{user[1]}"] if user else []
+    return [sys.executable, "-I", str(WRAPPER), "wrap", str(exit_path), *run_as, "--", *argv]
 
 
 def start(
@@ -82,8 +89,10 @@ def start(
     env: Mapping[str, str],
     log_path: Path,
     exit_path: Path,
+    user: tuple[int, int] | None = None,
 ) -> int:
-    """Start argv under the wrapper in its own session; returns the pid (= process group id)."""
+    """Start argv under the wrapper in its own session; returns the pid (= process group id).
+    `user` (uid, gid): the engine itself runs as that user."""
     check_argv(argv)
     _reap_finished()
     if find_program(argv[0], env) is None:
@@ -94,7 +103,7 @@ def start(
     with open(log_path, "ab") as log:  # the child keeps its own descriptor; ours closes here
         try:
             process = subprocess.Popen(
-                wrapper_argv(exit_path, argv),
+                wrapper_argv(exit_path, argv, user),
                 cwd=str(cwd),
                 env=dict(env),
                 stdin=subprocess.DEVNULL,
@@ -334,11 +343,13 @@ def _keep_waiting(signum: int, frame: object) -> None:
     """The group's SIGTERM reached the engine too; the wrapper stays to record its exit."""
 
 
-def wrap(exit_path: Path, argv: list[str]) -> int:
+def wrap(exit_path: Path, argv: list[str], user: tuple[int, int] | None = None) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, _keep_waiting)  # a handler, not SIG_IGN: the child must not inherit
+    identity = {"user": user[0], "group": user[1], "extra_groups": []} if user else {}
     try:
-        child = subprocess.Popen(argv)  # same cwd, environment, output and process group
+        # Same cwd, environment, output and process group; as the engine user when given one.
+        child = subprocess.Popen(argv, **identity)  # type: ignore[call-overload]
     except OSError as error:
         print(f"berth supervisor: cannot start {argv[0]!r}: {error}", file=sys.stderr, flush=True)
         code = 127
@@ -348,11 +359,21 @@ def wrap(exit_path: Path, argv: list[str]) -> int:
     return code if code >= 0 else 128 - code
 
 
+def parse_user(text: str) -> tuple[int, int]:
+    uid, _, gid = text.partition(":")
+    return int(uid), int(gid)
+
+
 def main(args: list[str]) -> int:
+    usage = "usage: supervisor.py wrap EXIT_FILE [--as UID:GID] -- PROGRAM [ARGS…]"
+    if len(args) >= 4 and args[0] == "wrap" and args[2] == "--as":
+        user, args = parse_user(args[3]), args[:2] + args[4:]
+    else:
+        user = None
     if len(args) < 4 or args[0] != "wrap" or args[2] != "--":
-        print("usage: supervisor.py wrap EXIT_FILE -- PROGRAM [ARGS…]", file=sys.stderr)
+        print(usage, file=sys.stderr)
         return 2
-    return wrap(Path(args[1]), args[3:])
+    return wrap(Path(args[1]), args[3:], user)
 
 
 if __name__ == "__main__":

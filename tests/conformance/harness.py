@@ -113,6 +113,7 @@ def start(
         memory_share=0.0 if real else 0.8,
         port=port,
         on_cpu=real,
+        model_files=str(folder),
         secret_env={"VLLM_API_KEY": KEY, "LLAMA_API_KEY": KEY},
     )
     backend = backend_of(kind, state_dir, folder)
