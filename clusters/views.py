@@ -9,9 +9,11 @@ from django.db.models import Count, Prefetch, Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 
-from clusters.models import Accelerator, Cluster, Machine
+from clusters.backends import isolation
+from clusters.models import Accelerator, Cluster, ClusterKind, Machine
 from deployments.models import Reservation
 
+LOCAL_KINDS = {ClusterKind.STANDALONE, ClusterKind.SIMULATOR}
 NOTICE_WORDS = {
     "SharingNotConfigured": (
         "GPUs are not shared: this cluster runs a GPU operator without a sharing strategy, so a "
@@ -75,4 +77,6 @@ def cluster_detail(request: HttpRequest, pk: int) -> HttpResponse:
         for gpu in machine.gpus:
             annotate_room(gpu, held)
     notices: list[Any] = [NOTICE_WORDS.get(n, n) for n in cluster.notices]
+    if cluster.kind in LOCAL_KINDS:  # engines on this machine: how far they are fenced in
+        notices += isolation.status_words()
     return render(request, "clusters/detail.html", {"cluster": cluster, "notices": notices})

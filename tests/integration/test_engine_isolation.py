@@ -120,3 +120,15 @@ def test_each_team_gets_its_own_user_name_within_the_system_limit():
     names = {isolation.user_name(team) for team in ("red", "blue", "Red Team", "a" * 80)}
     assert len(names) == 4 and all(len(n) <= 32 for n in names)
     assert isolation.user_name("red").startswith("berth-red-")
+
+
+@pytest.mark.django_db
+def test_the_cluster_page_says_how_far_local_engines_are_fenced_in(as_bob, bob):
+    from clusters.models import Cluster, ClusterKind
+
+    local = Cluster.objects.create(name="here", kind=ClusterKind.STANDALONE)
+    page = as_bob.get(f"/clusters/{local.pk}/").content.decode()
+    assert "one unprivileged user per team" in page  # Berth runs as root here
+    assert "Engine ports on this machine are reachable by any local process" in page
+    remote = Cluster.objects.create(name="far", kind=ClusterKind.KUBERNETES, namespace="berth")
+    assert "unprivileged user" not in as_bob.get(f"/clusters/{remote.pk}/").content.decode()
