@@ -288,3 +288,21 @@ class CodeTrust(models.Model):
     @property
     def trusted(self) -> bool:
         return self.trusted_at is not None
+
+
+class GatedAccess(models.Model):
+    """Whether a team's own Hugging Face token may read a gated model, as the hub last said."""
+
+    # Checked with the hub before the team hosts the model; another team's download does not
+    # grant it (catalog/gated.py). Only a granted answer is kept: a refusal is asked again.
+    team = models.ForeignKey("console.Team", on_delete=models.CASCADE, related_name="+")
+    model = models.ForeignKey(Model, on_delete=models.CASCADE, related_name="gated_access")
+    checked_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["team", "model"], name="one_gated_access_per_team")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team} may read {self.model}"

@@ -11,6 +11,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
+from catalog import gated
 from catalog.models import Model, Variant
 from clusters.models import Cluster
 from console.models import SLUG_PATTERN, Team
@@ -175,6 +176,10 @@ def host(actor: Any, request: HostRequest) -> Deployment:
         raise ActionRefused(
             f"{request.variant.name} is not a variant of {request.model}", "variant"
         )
+    try:
+        gated.require_access(request.team, request.model)
+    except gated.GatedRefused as refused:
+        raise ActionRefused(str(refused), "model") from None
     try:
         with transaction.atomic():
             deployment = Deployment.objects.create(
