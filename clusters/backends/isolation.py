@@ -43,8 +43,9 @@ ISOLATED = (
 )
 # Neither a Unix socket nor an owner-matching firewall rule fences the engine ports yet.
 PORTS_OPEN = (
-    "Engine ports on this machine are reachable by any local process (on 127.0.0.1 only); "
-    "each engine refuses requests without its own key."
+    "Engine ports on this machine are reachable by any local process (on 127.0.0.1 only): "
+    "vLLM refuses /v1 requests without the copy's own key, but its other routes (/tokenize, "
+    "/pause …) answer anyone on this machine."
 )
 
 

@@ -144,3 +144,13 @@ def test_a_share_of_a_cpu_machine_gets_that_share_of_its_cores_and_at_least_one(
     share, cores, threads
 ):
     assert cpu_threads(share, cores) == threads
+
+
+def test_the_launcher_checks_stored_settings_again_against_the_clusters_version():
+
+    stored = {"other_flags": "--kv-cache-memory-bytes 80G"}  # saved before the allow-list
+    with pytest.raises(EngineSettingsError, match="outside the copy's share"):
+        vllm_argv(stored, FACTS)
+    old = LaunchFacts(**{**FACTS.__dict__, "engine_version": "0.16.0"})
+    with pytest.raises(EngineSettingsError, match="not a flag of vLLM 0.16.0"):
+        vllm_argv({"other_flags": "--performance-mode interactivity"}, old)
