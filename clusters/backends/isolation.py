@@ -26,6 +26,7 @@ import re
 import shutil
 import stat
 import subprocess
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,26 +122,42 @@ def make_reachable(argv: Sequence[str], model_files: str) -> None:
         readable_by_others(Path(model_files).resolve())
 
 
+def private_folder(folder: Path, user: EngineUser) -> Path:
+    """An empty folder only `user` may enter (what an earlier launch left is gone)."""
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(mode=0o700)
+    os.chown(folder, user.uid, user.gid)
+    return folder
+
+
+def shared_parent(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    folder.chmod(0o711)  # others may enter a folder they know the name of, not list it
+    searchable_by_others(folder)
+    return folder
+
+
 def working_folder(state_dir: Path, copy_id: int, user: EngineUser) -> Path:
     """A fresh folder for one launch of the copy, the engine user's only and nobody else's."""
-    homes = state_dir / HOMES
-    homes.mkdir(parents=True, exist_ok=True)
-    homes.chmod(0o711)  # others may enter a folder they know the name of, not list them
-    searchable_by_others(homes)
-    home = homes / str(copy_id)
-    shutil.rmtree(home, ignore_errors=True)
-    for folder in (home, home / "tmp", home / "cache"):
-        folder.mkdir(mode=0o700)
-        os.chown(folder, user.uid, user.gid)
+    home = private_folder(shared_parent(state_dir / HOMES) / str(copy_id), user)
+    private_folder(home / "cache", user)
     return home
 
 
-def environment(home: Path, user: EngineUser) -> dict[str, str]:
-    """Where the engine writes: inside its working folder only."""
+def temporary_folder(state_dir: Path, copy_id: int, user: EngineUser) -> Path:
+    """The engine's TMPDIR, under the system's /tmp: vLLM puts its ZeroMQ sockets there, whose
+    paths may not be longer than 107 bytes, which a state folder deep in a tree can exceed."""
+    place = hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:8]
+    parent = shared_parent(Path(tempfile.gettempdir()) / "berth-engines")
+    return private_folder(parent / f"{place}-{copy_id}", user)
+
+
+def environment(home: Path, tmp: Path, user: EngineUser) -> dict[str, str]:
+    """Where the engine writes: its working folder and its own temporary folder only."""
     cache = home / "cache"
     return {
         "HOME": str(home),
-        "TMPDIR": str(home / "tmp"),
+        "TMPDIR": str(tmp),
         "XDG_CACHE_HOME": str(cache),
         "VLLM_CACHE_ROOT": str(cache / "vllm"),
         "HF_HOME": str(cache / "huggingface"),

@@ -322,7 +322,8 @@ class LocalProcessBackend:
         user = isolation.engine_user(spec.token_owner)
         if user is not None:
             home = isolation.working_folder(self.state_dir, spec.copy_id, user)
-            env = {**env, **isolation.environment(home, user)}
+            tmp = isolation.temporary_folder(self.state_dir, spec.copy_id, user)
+            env = {**env, **isolation.environment(home, tmp, user)}
             isolation.make_reachable(argv, spec.model_files)
             cwd = home
         started_at = datetime.now().astimezone()

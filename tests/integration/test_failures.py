@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from django.core.management import call_command
 
+from clusters.backends import isolation
 from deployments.choices import CopyState, DeploymentState
 from deployments.models import Copy, Deployment, LogLine
 from tests.integration.test_lifecycle import host, reached, simulated_cluster
@@ -79,11 +80,16 @@ def test_failing_twice_then_succeeding_ends_deployed_after_three_attempts(
     tmp_path, catalog, bob, red
 ):
     cluster = simulated_cluster("flaky")
+    # The engines run as the team's engine user: the counter lives where that user may write.
+    shared = tmp_path / "counted"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    isolation.searchable_by_others(shared)
     with_engine_env(
         cluster,
         "flaky",
         BERTH_SIM_FAIL_ATTEMPTS="2",
-        BERTH_SIM_ATTEMPTS_FILE=str(tmp_path / "attempts"),
+        BERTH_SIM_ATTEMPTS_FILE=str(shared / "attempts"),
         BERTH_SIM_FAIL_KIND="cuda_error",
     )
     with console_processes(tmp_path):
