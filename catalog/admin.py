@@ -1,3 +1,5 @@
+from typing import Any
+
 from django.contrib import admin
 from django.http import HttpRequest
 
@@ -35,7 +37,11 @@ class VariantAdmin(admin.ModelAdmin):
 
 @admin.register(ServerModel)
 class ServerModelAdmin(admin.ModelAdmin):
-    """Downloads change state only through catalog/downloads.py (the pages' actions)."""
+    """Downloads change state only through catalog/downloads.py (the pages' actions); their
+    files are deleted on the On this server page, which refuses while a deployment uses them."""
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
 
     list_display = ["__str__", "state", "size_bytes", "path", "team", "updated_at"]
     list_filter = ["state"]

@@ -2,8 +2,9 @@
 
 from typing import Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
 
+from deployments import actions
 from deployments.models import Copy, Deployment, Event, LogLine, Reservation
 
 
@@ -19,7 +20,11 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 
 @admin.register(Deployment)
-class DeploymentAdmin(admin.ModelAdmin):
+class DeploymentAdmin(ReadOnlyAdmin):
+    """Read only: a change goes through the console's actions (validation, an Event, a
+    converge), so the admin offers those actions, run as the staff user; no field is edited and
+    no row deleted here (a deletion would orphan running engines and hand their room out)."""
+
     list_display = [
         "name",
         "state",
@@ -32,20 +37,38 @@ class DeploymentAdmin(admin.ModelAdmin):
     ]
     list_filter = ["state", "team", "cluster", "engine"]
     search_fields = ["name", "chat_name", "model__name", "last_message"]
-    readonly_fields = [
-        "state",
-        "notices",
-        "last_message",
-        "last_checked_at",
-        "last_error_code",
-        "last_error_message",
-        "last_error_at",
-        "created_by",
-        "created_at",
-    ]
+    exclude = ["engine_settings"]  # shown with the other fields, as stored, below
+    readonly_fields = ["engine_settings_shown"]
+    actions = ["stop_selected", "start_selected", "check_now_selected", "delete_selected_safely"]
 
-    def has_add_permission(self, request: Any) -> bool:
-        return False  # deployments are hosted through the console, which places them
+    @admin.display(description="engine settings")
+    def engine_settings_shown(self, deployment: Deployment) -> str:
+        return str(deployment.engine_settings or "the defaults")
+
+    def run_each(self, request: Any, queryset: Any, action: Any, done: str) -> None:
+        for deployment in queryset:
+            try:
+                action(request.user, deployment)
+            except actions.ActionRefused as refused:
+                self.message_user(request, f"{deployment.name}: {refused}", messages.WARNING)
+            else:
+                self.message_user(request, f"{deployment.name}: {done}.")
+
+    @admin.action(description="Stop the selected deployments")
+    def stop_selected(self, request: Any, queryset: Any) -> None:
+        self.run_each(request, queryset, actions.stop, "stopping")
+
+    @admin.action(description="Start the selected deployments")
+    def start_selected(self, request: Any, queryset: Any) -> None:
+        self.run_each(request, queryset, actions.start, "starting")
+
+    @admin.action(description="Check the selected deployments now")
+    def check_now_selected(self, request: Any, queryset: Any) -> None:
+        self.run_each(request, queryset, actions.check_now, "checked")
+
+    @admin.action(description="Delete the selected deployments (their copies are stopped first)")
+    def delete_selected_safely(self, request: Any, queryset: Any) -> None:
+        self.run_each(request, queryset, actions.delete, "deleted once its copies have stopped")
 
 
 @admin.register(Copy)
