@@ -21,6 +21,7 @@ from catalog.config_facts import ConfigError, ConfigFacts, read_facts
 from catalog.hub import Access, HubProblem, Listing
 from catalog.models import Model, ServerModel, ServerModelState, Task, Variant
 from catalog.variants import RepoFile, VariantSpec, derive_variants, select_files
+from console import audit
 
 log = logging.getLogger(__name__)
 
@@ -179,6 +180,7 @@ def add_from_hub(repo_id: str, revision: str, access: Access, actor: Any) -> Mod
     with transaction.atomic():
         model = store(listing.repo_id, fields, specs, actor)
     log.info("%s added %s from the hub (%d variants)", actor, model.repo_id, len(specs))
+    audit.record(actor, audit.MODEL_ADDED, model.repo_id, f"From the hub, {len(specs)} variants.")
     return model
 
 
@@ -257,4 +259,5 @@ def add_from_path(path: str, repo_id: str, actor: Any) -> Model:
         model = store(repo_id, fields, specs, actor)
         keep_files(model, root, files, actor)
     log.info("%s added %s from %s", actor, model.repo_id, root)
+    audit.record(actor, audit.MODEL_ADDED, model.repo_id, f"From {root} on this server.")
     return model

@@ -33,7 +33,7 @@ from catalog import hub
 from catalog.hub import Access, HubProblem
 from catalog.models import ServerModel, ServerModelState, Variant
 from catalog.variants import RepoFile, select_files
-from console import claims, live
+from console import audit, claims, live
 
 log = logging.getLogger(__name__)
 S = ServerModelState
@@ -110,6 +110,7 @@ def request_download(
         if created:
             enqueue(row.pk)
             files_changed(row.pk)
+            audit.record(actor, audit.DOWNLOAD_REQUESTED, str(row), "Queued.", team=team)
         elif row.state in RETRYABLE:
             row = requeue(row, team, actor)
     return row
@@ -132,7 +133,9 @@ def requeue(row: ServerModel, team: Any = None, actor: Any = None) -> ServerMode
 
 def try_again(row: ServerModel, actor: Any) -> ServerModel:
     with transaction.atomic():
-        return requeue(row, actor=actor)
+        again = requeue(row, actor=actor)
+        audit.record(actor, audit.DOWNLOAD_RETRIED, str(again), "Queued again.", team=again.team)
+        return again
 
 
 def users_of(row: ServerModel) -> list[str]:
@@ -157,10 +160,13 @@ def delete_files(row: ServerModel, actor: Any) -> str:
     ServerModel.objects.filter(pk=row.pk).delete()
     log.info("%s deleted the files of %s (%s)", actor, row, row.path)
     if folder is None or not is_ours(folder):
-        return f"{row.variant} is no longer on this server; its files under {folder} stay."
-    if not ServerModel.objects.filter(path=row.path).exists():
-        shutil.rmtree(folder, ignore_errors=True)
-    return f"Deleted the files of {row.variant}."
+        words = f"{row.variant} is no longer on this server; its files under {folder} stay."
+    else:
+        if not ServerModel.objects.filter(path=row.path).exists():
+            shutil.rmtree(folder, ignore_errors=True)
+        words = f"Deleted the files of {row.variant}."
+    audit.record(actor, audit.FILES_DELETED, str(row), words, team=row.team)
+    return words
 
 
 def is_ours(folder: Path) -> bool:

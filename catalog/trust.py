@@ -14,6 +14,7 @@ from typing import Any
 from django.utils import timezone
 
 from catalog.models import CodeTrust, Model
+from console import audit
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,7 @@ def ask(model: Model, revision: str, actor: Any) -> CodeTrust:
     if not row.trusted and row.asked_at is None:
         row.asked_by, row.asked_at = actor, timezone.now()
         row.save(update_fields=["asked_by", "asked_at"])
+        audit.record(actor, audit.CODE_TRUST_ASKED, str(row))
         log.info("%s asked to trust the code of %s", actor, row)
     return row
 
@@ -47,6 +49,7 @@ def trust(model: Model, revision: str, admin: Any, note: str = "") -> CodeTrust:
     row.note = note or row.note
     row.save(update_fields=["trusted_by", "trusted_at", "note"])
     log.info("%s trusted the code of %s", admin, row)
+    audit.record(admin, audit.CODE_TRUSTED, str(row), note)
     return row
 
 
@@ -56,6 +59,7 @@ def withdraw(row: CodeTrust, admin: Any) -> None:
     row.note = f"Trust withdrawn by {admin} on {timezone.now():%Y-%m-%d %H:%M} UTC."
     row.save(update_fields=["trusted_by", "trusted_at", "note"])
     log.info("%s withdrew trust in the code of %s", admin, row)
+    audit.record(admin, audit.CODE_TRUST_WITHDRAWN, str(row))
 
 
 def status_words(model: Model, revision: str) -> str:

@@ -6,6 +6,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from clusters.models import Accelerator, Cluster, ClusterKind, Machine
+from console import audit
 
 
 def check_kubeconfig(text: str, namespace: str) -> str | None:
@@ -95,6 +96,7 @@ def test_connection_action(
             )
             continue
         check = test_connection(cluster.kubeconfig(), cluster.namespace)
+        audit.record(request.user, audit.CLUSTER_CHECKED, f"cluster {cluster}", check.message)
         level = messages.SUCCESS if check.ok else messages.ERROR
         modeladmin.message_user(request, f"{cluster}: {check.message}", level)
 
@@ -105,7 +107,9 @@ def refresh_action(modeladmin: Any, request: HttpRequest, queryset: QuerySet[Clu
 
     for cluster in queryset:
         discovery = refresh(cluster)
-        modeladmin.message_user(request, f"{cluster}: {discovery.message or 'refreshed'}")
+        words = discovery.message or "refreshed"
+        audit.record(request.user, audit.CLUSTER_REFRESHED, f"cluster {cluster}", words)
+        modeladmin.message_user(request, f"{cluster}: {words}")
 
 
 @admin.register(Cluster)

@@ -3,7 +3,7 @@ from typing import Any
 from django import forms
 from django.contrib import admin
 
-from console.models import ApiKey, Membership, Team
+from console.models import ApiKey, AuditEntry, Membership, Team
 
 
 class WriteOnlyInput(forms.PasswordInput):
@@ -93,3 +93,21 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request: object) -> bool:
         return False  # keys are created by their owner, who must see the secret once
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(admin.ModelAdmin):
+    """The audit trail is written by the actions themselves and never edited."""
+
+    list_display = ["at", "actor_name", "action", "target", "team", "message"]
+    list_filter = ["action", "team"]
+    search_fields = ["actor_name", "target", "message"]
+
+    def has_add_permission(self, request: Any) -> bool:
+        return False
+
+    def has_change_permission(self, request: Any, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: Any, obj: Any = None) -> bool:
+        return False

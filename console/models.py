@@ -133,3 +133,27 @@ class ApiKey(models.Model):
             if secrets.compare_digest(key.secret_hash, wanted):
                 return key
         return None
+
+
+class AuditEntry(models.Model):
+    """One action outside a deployment's own events: who did what to what, and when."""
+
+    # Deployments keep their own Events; this is for keys, downloads, files, models added and
+    # the admin's decisions (console/audit.py writes it; the audit page reads both).
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    actor_name = models.CharField(max_length=150, blank=True)
+    team = models.ForeignKey(
+        Team, on_delete=models.SET_NULL, null=True, blank=True, related_name="audit_entries"
+    )
+    action = models.CharField(max_length=40, db_index=True)
+    target = models.CharField(max_length=300)
+    message = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M} {self.actor_name or 'Berth'} {self.action} {self.target}"

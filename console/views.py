@@ -10,6 +10,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
+from console import audit
 from console.forms import ApiKeyForm
 from console.models import ApiKey
 
@@ -34,7 +35,8 @@ def api_keys(request: HttpRequest) -> HttpResponse:
     form = ApiKeyForm(request.POST or None)
     new_secret = None
     if request.method == "POST" and form.is_valid():
-        _key, new_secret = ApiKey.issue(request.user, form.cleaned_data["name"])
+        key, new_secret = ApiKey.issue(request.user, form.cleaned_data["name"])
+        audit.record(request.user, audit.API_KEY_ISSUED, f"API key “{key.name}” of {key.user}")
         form = ApiKeyForm()
     keys = ApiKey.objects.filter(user=request.user)
     context = {"form": form, "keys": keys, "new_secret": new_secret}
@@ -45,5 +47,6 @@ def api_keys(request: HttpRequest) -> HttpResponse:
 def revoke_api_key(request: HttpRequest, pk: int) -> HttpResponse:
     key = get_object_or_404(ApiKey.objects.active(), pk=pk, user=request.user)
     ApiKey.objects.filter(pk=key.pk).update(revoked_at=timezone.now())
+    audit.record(request.user, audit.API_KEY_REVOKED, f"API key “{key.name}” of {key.user}")
     messages.success(request, f"API key “{key.name}” was revoked; requests using it now fail.")
     return redirect("api_keys")

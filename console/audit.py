@@ -1,0 +1,45 @@
+"""The audit trail of actions that are not a deployment's own (those are its Events).
+
+One call per action function: who (the signed-in user, or a command line's name for it), what
+(a dotted action name), on what (in words), and the words of the outcome. Never a secret.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from console.models import AuditEntry
+
+# The action names, one per kind of change (the audit page filters by them).
+API_KEY_ISSUED = "api_key.issued"
+API_KEY_REVOKED = "api_key.revoked"
+DOWNLOAD_REQUESTED = "download.requested"
+DOWNLOAD_RETRIED = "download.retried"
+FILES_DELETED = "files.deleted"
+MODEL_ADDED = "model.added"
+CODE_TRUSTED = "code.trusted"
+CODE_TRUST_WITHDRAWN = "code.trust_withdrawn"
+CODE_TRUST_ASKED = "code.trust_asked"
+CLUSTER_CHECKED = "cluster.connection_tested"
+CLUSTER_REFRESHED = "cluster.refreshed"
+
+
+def actor_name(actor: Any) -> str:
+    if actor is None or not getattr(actor, "is_authenticated", False):
+        return ""
+    return str(actor.get_username())
+
+
+def record(
+    actor: Any, action: str, target: str, message: str = "", team: Any = None, by: str = ""
+) -> AuditEntry:
+    """Write one audit row. `by` names a non-user actor (e.g. "manage.py createapikey")."""
+    signed_in = actor if getattr(actor, "is_authenticated", False) else None
+    return AuditEntry.objects.create(
+        actor=signed_in,
+        actor_name=actor_name(actor) or by,
+        team=team,
+        action=action,
+        target=target[:300],
+        message=message,
+    )
