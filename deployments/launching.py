@@ -342,17 +342,27 @@ def launch(copy_id: int) -> None:
     lifecycle.refresh_state(copy.deployment_id)
 
 
+# What an observation says of an engine that holds no memory any more.
+ENGINE_GONE = {"exited", "gone"}
+
+
 def stop(copy_id: int) -> None:
-    """Stop a copy's engine; the watcher sees it gone and gives its room back."""
+    """Stop a copy's engine. Its room is given back only when its engine is seen gone: here,
+    when the backend's stop waited for it (local engines); else when the watcher sees it go
+    (a Kubernetes pod terminating still holds its GPU)."""
     copy = load_copy(copy_id)
     if copy is None or copy.state != C.STOPPING:
         return
     if copy.process_id is None and not copy.pod_name:
         lifecycle.observed_stopped(copy, "Stopped before its engine started.")
         return
+    backend = backend_for(copy.deployment.cluster)
+    handle = handle_for(copy)
     try:
-        backend_for(copy.deployment.cluster).stop(handle_for(copy))
+        backend.stop(handle)
+        (seen,) = backend.observe([handle])
     except BackendError as error:
         log.warning("stopping copy %s failed: %s", copy.pk, error)
         return
-    lifecycle.observed_stopped(copy)
+    if seen.status in ENGINE_GONE:
+        lifecycle.observed_stopped(copy)

@@ -234,6 +234,12 @@ class SimSettings:
         None,
         "Counter file of starts for BERTH_SIM_FAIL_ATTEMPTS; without it every start is the first.",
     )
+    shutdown_delay_s: float = _var(
+        "BERTH_SIM_SHUTDOWN_DELAY_S",
+        float,
+        0.0,
+        "Seconds a serving engine takes to stop after SIGTERM (a slow drain), holding its memory.",
+    )
     fail_kind: str = _var(
         "BERTH_SIM_FAIL_KIND",
         parse_choice(FAIL_KINDS),

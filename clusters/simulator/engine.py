@@ -411,6 +411,7 @@ class Engine:
             background.append(asyncio.create_task(self._crash_later(self.settings.crash_after_s)))
         try:
             await self.stop.wait()
+            await asyncio.sleep(self.settings.shutdown_delay_s)  # a slow drain, when asked for
         finally:
             for task in background:
                 task.cancel()
