@@ -102,6 +102,13 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = env_str("BERTH_CELERY_QUEUE", "berth")
+# Transfers (downloads from the hub, file syncs to machines) have a queue and a worker line of
+# their own, so that place, launch, stop and the reconcile pass never wait behind them.
+CELERY_TRANSFER_QUEUE = f"{CELERY_TASK_DEFAULT_QUEUE}-transfers"
+CELERY_TASK_ROUTES = {
+    name: {"queue": CELERY_TRANSFER_QUEUE}
+    for name in ("catalog.tasks.download_model", "deployments.tasks.sync_machine_files")
+}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 RECONCILE_EVERY_S = env_int("BERTH_RECONCILE_EVERY_S", 5, low=1, high=3600)
 CELERY_BEAT_SCHEDULE = {

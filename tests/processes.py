@@ -144,8 +144,11 @@ class ConsoleProcesses:
         self.running: dict[str, subprocess.Popen[bytes]] = {}
 
     def argv(self, name: str) -> list[str]:
-        if name == "worker":
-            return COMMANDS[name] + [settings.CELERY_TASK_DEFAULT_QUEUE]
+        if name == "worker":  # as the Procfile's two worker lines: control, and transfers
+            return COMMANDS[name] + [settings.CELERY_TASK_DEFAULT_QUEUE, "-n", "control@%h"]
+        if name == "transfers":  # the Procfile's concurrency for transfers
+            transfers = [settings.CELERY_TRANSFER_QUEUE, "-n", "transfers@%h", "-c", "4"]
+            return COMMANDS["worker"] + transfers
         if name == "beat":
             return COMMANDS[name] + [str(self.state_dir / "beat-schedule")]
         return COMMANDS[name]
@@ -165,9 +168,12 @@ class ConsoleProcesses:
         process = self.running.pop(name)
         try:
             os.killpg(process.pid, signum)
+            process.wait(timeout=30)
         except ProcessLookupError:
             pass
-        process.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # a warm shutdown waits for its tasks (a download)
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=30)
 
     def stop_all(self) -> None:
         for name in list(self.running):
@@ -179,7 +185,7 @@ class ConsoleProcesses:
 
 def purge_queue() -> None:
     client = redis.Redis.from_url(settings.REDIS_URL)
-    client.delete(settings.CELERY_TASK_DEFAULT_QUEUE)
+    client.delete(settings.CELERY_TASK_DEFAULT_QUEUE, settings.CELERY_TRANSFER_QUEUE)
     client.delete("unacked", "unacked_index")
 
 
@@ -200,7 +206,7 @@ def kill_engines(state_dir: Path) -> None:
 def console_processes(state_dir: Path, **extra: str) -> Iterator[ConsoleProcesses]:
     purge_queue()
     processes = ConsoleProcesses(state_dir, process_env(state_dir, **extra))
-    for name in ("worker", "beat", "watcher"):
+    for name in ("worker", "transfers", "beat", "watcher"):
         processes.start(name)
     try:
         yield processes

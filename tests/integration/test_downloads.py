@@ -319,7 +319,7 @@ def test_the_worker_downloads_a_gated_model_bob_asked_for_and_logs_no_token(
                 60,
                 what="the worker to finish the download",
             )
-            log = processes.log("worker")
+            log = processes.log("transfers")  # downloads have their own worker
         done = ServerModel.objects.get(pk=row.pk)
         assert done.state == "ready", done.error
         assert done.revision == emulated_hub.repos["acme/worker"].commits[0].sha
