@@ -21,7 +21,7 @@ from django.db import close_old_connections, connection
 from django.utils import timezone
 from psycopg.conninfo import make_conninfo
 
-from clusters.backends.base import MetricSample, Observation
+from clusters.backends.base import ENGINE_GONE, MetricSample, Observation
 from clusters.models import Cluster
 from clusters.registry import backend_for
 from deployments import figures, lifecycle, logs, transitions
@@ -119,7 +119,7 @@ def stopped_running(copy: Copy, seen: Observation) -> None:
 def apply(copy: Copy, seen: Observation) -> None:
     if seen.status == "ready" and copy.state == C.STARTING:
         became_ready(copy)
-    elif seen.status in ("exited", "gone"):
+    elif seen.status in ENGINE_GONE:
         stopped_running(copy, seen)
     elif seen.status == "unschedulable" and copy.state == C.STARTING:
         Copy.objects.filter(pk=copy.pk).update(pending_reason=seen.message or seen.reason)

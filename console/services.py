@@ -114,10 +114,9 @@ def make_traversable(path: Path) -> None:
         parent.chmod(parent.stat().st_mode | 0o011)
 
 
-def run_pg(args: list[str], password: str = "") -> None:
+def run_pg(args: list[str]) -> None:
     user = PG_SYSTEM_USER if running_as_root() else None
-    env = {**os.environ, "PGPASSWORD": password} if password else None
-    subprocess.run(args, check=True, user=user, stdout=subprocess.DEVNULL, cwd="/", env=env)
+    subprocess.run(args, check=True, user=user, stdout=subprocess.DEVNULL, cwd="/")
 
 
 def owned_by_pg(path: Path) -> None:
@@ -168,10 +167,10 @@ def require_password(port: int, password: str) -> None:
     trust still lets us in), then ask for it from everyone; the data stays as it is."""
     hba = PG_DATA / "pg_hba.conf"
     lines = hba.read_text().splitlines()
-    if not any(line.split()[-1:] == ["trust"] for line in lines if not line.startswith("#")):
-        return
-    set_password(port, password)
     upgraded = [swap_trust(line) for line in lines]
+    if upgraded == lines:
+        return  # it asks for passwords already
+    set_password(port, password)
     hba.write_text("\n".join(upgraded) + "\n")
     run_pg([str(PG_BIN / "pg_ctl"), "-D", str(PG_DATA), "reload"])
 

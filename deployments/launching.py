@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from catalog import trust
 from catalog.downloads import mark_must_redownload
-from clusters.backends.base import BackendError, CopyHandle, CopySpec
+from clusters.backends.base import ENGINE_GONE, BackendError, CopyHandle, CopySpec
 from clusters.backends.engines import EngineMissing
 from clusters.backends.local import WaitForRoom
 from clusters.backends.supervisor import free_port
@@ -340,10 +340,6 @@ def launch(copy_id: int) -> None:
         process_id=handle.pid, pod_name=handle.pod_name, port=handle.port or copy.port
     )
     lifecycle.refresh_state(copy.deployment_id)
-
-
-# What an observation says of an engine that holds no memory any more.
-ENGINE_GONE = {"exited", "gone"}
 
 
 def stop(copy_id: int) -> None:

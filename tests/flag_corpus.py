@@ -8,9 +8,6 @@ value overriding an earlier one.
 
 from __future__ import annotations
 
-from deployments.engine.presets import PRESETS
-
-CODE = "cannot be set here"
 NOT_REVIEWED = "not been reviewed for Berth"
 BUDGET = "outside the copy's share"
 LISTENS = "opens a listener or a connection"
@@ -282,8 +279,3 @@ BENIGN = [
     "--long-prefill-token-threshold 1024",
     "--seed 3 --max-lora-rank 8",
 ]
-
-
-def preset_texts() -> list[str]:
-    """Other flags the presets set (a preset may set none)."""
-    return [p.settings.get("other_flags", "") for p in PRESETS.values()]

@@ -153,6 +153,8 @@ class FilesResult:
 
 
 ObservedStatus = Literal["starting", "ready", "exited", "unschedulable", "waiting", "gone"]
+# What an observation says of an engine that holds no memory any more.
+ENGINE_GONE = frozenset({"exited", "gone"})
 
 
 @dataclass(frozen=True)

@@ -175,7 +175,7 @@ def read_flag(reading: Reading, word: str) -> None:
 
 def takes_json(spec: FlagSpec) -> bool:
     """JSON flags, and text flags whose text vLLM reads as JSON (--limit-mm-per-prompt)."""
-    return spec.type == "json" or bool(reviewed.ALLOWED.get(spec.name, reviewed.PLAIN).keys)
+    return spec.type == "json" or bool(reviewed.review_of(spec.name).keys)
 
 
 def find_flag(flags: FlagList, option: str) -> tuple[FlagSpec | None, bool]:
@@ -267,7 +267,7 @@ def value_problems(spec: FlagSpec, value: str, key: str | None) -> list[str]:
         return reviewed.json_problems(spec.name, parsed)
     if spec.choices and value not in spec.choices:
         return [f"must be one of {', '.join(spec.choices)}"]
-    problem = reviewed.value_problem(spec.name, value)
+    problem = reviewed.value_problem(spec.name, value, is_text=spec.type == "str")
     if not problem:
         problem = TYPE_CHECKS.get(spec.type, lambda _s, _v: "")(spec, value)
     return [problem] if problem else []
@@ -288,12 +288,4 @@ def float_problem(_spec: FlagSpec, value: str) -> str:
     return "" if math.isfinite(number) else "must be a finite number"
 
 
-def text_value_problem(spec: FlagSpec, value: str) -> str:
-    """A text flag's value is a name, never a path (reviewed values are checked before)."""
-    reviewed_values = reviewed.ALLOWED.get(spec.name, reviewed.PLAIN)
-    if reviewed_values.values or reviewed_values.pattern:
-        return ""
-    return "" if re.fullmatch(reviewed.WORD, value) else "must be a name: no slash, no path"
-
-
-TYPE_CHECKS = {"int": int_problem, "float": float_problem, "str": text_value_problem}
+TYPE_CHECKS = {"int": int_problem, "float": float_problem}

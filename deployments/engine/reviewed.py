@@ -272,13 +272,21 @@ def turning_off_is_fine(name: str) -> bool:
     return name in REFUSED and name not in MANAGED
 
 
-def value_problem(name: str, value: str) -> str:
-    """Whether a text flag's value is one reviewed for it."""
-    review = ALLOWED.get(name, PLAIN)
+def review_of(name: str) -> Review:
+    """How an allowed flag is taken (PLAIN for a flag with nothing more to review)."""
+    return ALLOWED.get(name, PLAIN)
+
+
+def value_problem(name: str, value: str, is_text: bool) -> str:
+    """Whether a value is one reviewed for the flag; a text flag without reviewed values takes
+    a name, never a path."""
+    review = review_of(name)
     if review.values and value not in review.values:
         return f"must be one of {', '.join(review.values)}"
     if review.pattern and not re.fullmatch(review.pattern, value):
         return "is not a value reviewed for this flag"
+    if is_text and not (review.values or review.pattern) and not re.fullmatch(WORD, value):
+        return "must be a name: no slash, no path"
     return ""
 
 
@@ -287,7 +295,7 @@ def value_problem(name: str, value: str) -> str:
 
 def key_kind(name: str, key: str) -> str:
     """The kind of value a JSON flag's key takes ("" when the key is not reviewed)."""
-    keys = ALLOWED.get(name, PLAIN).keys
+    keys = review_of(name).keys
     if key in keys:
         return keys[key]
     parent = key.rpartition(".")[0]
@@ -347,7 +355,7 @@ KIND_WORDS = {
 
 def json_problems(name: str, value: Any) -> list[str]:
     """What in a JSON flag's parsed value is not reviewed, one message per key."""
-    keys = ALLOWED.get(name, PLAIN).keys
+    keys = review_of(name).keys
     if "[]" in keys:
         return [] if KIND_CHECKS[keys["[]"]](value) else [f"must be {KIND_WORDS[keys['[]']]}"]
     if not isinstance(value, dict):
@@ -361,7 +369,7 @@ def json_problems(name: str, value: Any) -> list[str]:
 def key_problems(name: str, key: str, value: Any) -> list[str]:
     kind = key_kind(name, key)
     if not kind:
-        reviewed = ", ".join(sorted(ALLOWED.get(name, PLAIN).keys)) or "none"
+        reviewed = ", ".join(sorted(review_of(name).keys)) or "none"
         return [f"sets ‘{key}’, which has not been reviewed for Berth (reviewed: {reviewed})"]
     problem = kind_problem(kind, value)
     return [f"sets ‘{key}’ to {value!r}, which {problem}"] if problem else []

@@ -80,6 +80,13 @@ class Started:
         seen = self.wait({"exited", "gone"})
         return seen, classify(self.lines(), seen.exit_code)
 
+    def failed_for_good(self, exit_code: int) -> Failure:
+        """The engine exited with `exit_code`, and Berth will not start it again as it was."""
+        seen, failure = self.failure()
+        assert (seen.status, seen.exit_code) == ("exited", exit_code)
+        assert failure is not None and failure.permanent, failure
+        return failure
+
     def get(self, path: str, key: str = KEY) -> tuple[int, bytes]:
         return http_get(f"http://127.0.0.1:{self.port}{path}", 10, key)
 

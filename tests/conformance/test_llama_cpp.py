@@ -85,9 +85,7 @@ def test_metrics_with_the_key_become_berths_engine_figures(serving):
 @pytest.mark.parametrize("kind", KINDS)
 def test_an_unknown_flag_fails_for_good_with_its_own_words(kind, tiny, state_dir):
     engine = start(kind, state_dir, tiny, llama_server(tiny / GGUF_FILE, "--no-such-flag"), {})
-    seen, failure = engine.failure()
-    assert (seen.status, seen.exit_code) == ("exited", 1)
-    assert failure is not None and failure.permanent
+    failure = engine.failed_for_good(1)
     assert failure.code == ErrorCode.RUNTIME_ERROR
     assert failure.line == "error: invalid argument: --no-such-flag"
 
@@ -98,9 +96,7 @@ def test_a_missing_gguf_is_a_loading_failure_named_by_its_first_line(
 ):
     gone = tmp_path / "gone.gguf"
     engine = start(kind, state_dir, tiny, llama_server(gone), {})
-    seen, failure = engine.failure()
-    assert (seen.status, seen.exit_code) == ("exited", 1)
-    assert failure is not None and failure.permanent
+    failure = engine.failed_for_good(1)
     assert failure.code == ErrorCode.MODEL_LOADING_FAILURE
     assert failure.line == (
         f"gguf_init_from_file: failed to open GGUF file '{gone}' (No such file or directory)"

@@ -152,9 +152,7 @@ def test_a_longer_context_than_the_models_fails_for_good_with_the_engines_line(
     kind, tiny, state_dir
 ):
     engine = start(kind, state_dir, tiny, vllm(tiny, "--max-model-len", "4096"), ENV)
-    seen, failure = engine.failure()
-    assert (seen.status, seen.exit_code) == ("exited", 1)
-    assert failure is not None and failure.permanent
+    failure = engine.failed_for_good(1)
     assert failure.line.startswith(
         "Value error, User-specified max_model_len (4096) is greater than the derived "
         "max_model_len (max_position_embeddings=2048"
@@ -164,9 +162,7 @@ def test_a_longer_context_than_the_models_fails_for_good_with_the_engines_line(
 @pytest.mark.parametrize("kind", KINDS)
 def test_an_unknown_flag_fails_for_good_with_exit_code_2(kind, tiny, state_dir):
     engine = start(kind, state_dir, tiny, vllm(tiny, "--no-such-flag", "3"), ENV)
-    seen, failure = engine.failure()
-    assert (seen.status, seen.exit_code) == ("exited", 2)
-    assert failure is not None and failure.permanent
+    failure = engine.failed_for_good(2)
     assert failure.code == ErrorCode.RUNTIME_ERROR
     assert failure.line == "vllm: error: unrecognized arguments: --no-such-flag 3"
 
@@ -180,9 +176,7 @@ def test_missing_weights_are_a_loading_failure_named_by_the_root_cause(
     (without / "model.safetensors").unlink()
     (without / "tiny-llama-f32.gguf").unlink()
     engine = start(kind, state_dir, without, vllm(without, "--max-model-len", "512"), ENV)
-    seen, failure = engine.failure()
-    assert (seen.status, seen.exit_code) == ("exited", 1)
-    assert failure is not None and failure.permanent
+    failure = engine.failed_for_good(1)
     assert failure.code == ErrorCode.MODEL_LOADING_FAILURE
     assert failure.line == f"RuntimeError: Cannot find any model weights with `{without}`"
 
@@ -198,9 +192,8 @@ def test_a_cache_too_small_for_the_context_is_an_oom_naming_the_longest_that_fit
     # The CPU build takes VLLM_CPU_KVCACHE_SPACE over the flag: here the flag must size it.
     env = {name: value for name, value in ENV.items() if name != "VLLM_CPU_KVCACHE_SPACE"}
     engine = start(kind, state_dir, tiny, vllm(tiny, *flags), env)
-    seen, failure = engine.failure()
-    assert (seen.status, seen.exit_code) == ("exited", 1)
-    assert failure is not None and failure.permanent and failure.code == ErrorCode.OOM
+    failure = engine.failed_for_good(1)
+    assert failure.code == ErrorCode.OOM
     assert failure.line.startswith(
         "ValueError: To serve at least one request with the model's max seq len (2048)"
     )

@@ -16,7 +16,6 @@ from catalog import trust
 from catalog.models import CodeTrust, Model
 from console.models import ApiKey
 from deployments import launching
-from deployments.engine.argv import LaunchFacts
 from deployments.models import Deployment, Event
 from tests import factories
 from tests.integration.test_wizard import cluster_of, text
@@ -134,7 +133,8 @@ def test_an_upgrade_keeps_what_ran_trusted_by_its_creator_and_marks_refused_sett
     assert fresh.notices == ["SettingsRefused"]
     event = Event.objects.get(deployment=fresh, kind="system")
     assert "‘--swap-space’ is not a flag of vLLM 0.32.0" in event.message
-    assert LaunchFacts("m", "s", 1, 0.5).trust_remote_code is False  # only the admin's row
+    copy = factories.make_copy(fresh)  # what ran with its own code still does, from the row
+    assert launching.launch_facts(copy, 8000, []).trust_remote_code
 
 
 def test_new_settings_clear_the_refused_notice(as_bob, bob, qwen):

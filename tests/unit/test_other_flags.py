@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import pytest
 
-from deployments.engine import other_flags
+from deployments.engine import other_flags, presets, suggestions
 from deployments.engine.argv import LaunchFacts, vllm_argv
 from deployments.engine.settings import EngineSettingsError, validate_settings
 from deployments.engine.versions import flag_list
 from tests.flag_corpus import BENIGN, HOSTILE
+from tests.unit.test_editor_warnings import context as catalog_context
 
 NEW = flag_list("0.32.0")
 OLD = flag_list("0.16.0")
@@ -72,3 +73,22 @@ def test_taken_words_go_last_on_the_command_line_each_its_own_argument():
     facts = LaunchFacts("Qwen/Qwen3-8B", "qwen", 8000, 0.4)
     argv = vllm_argv(settings, facts)
     assert argv[-6:] == ["--max-model-len", "4096", "--seed", "7", "--max-lora-rank", "8"]
+
+
+CATALOG_MODELS = [
+    "Qwen/Qwen3-0.6B",
+    "Qwen/Qwen3-8B",
+    "meta-llama/Llama-3.1-8B-Instruct",
+    "openai/gpt-oss-20b",
+    "deepseek-ai/DeepSeek-V3",
+    "BAAI/bge-m3",
+]
+
+
+@pytest.mark.parametrize("repo_id", CATALOG_MODELS)
+def test_every_preset_and_every_recipe_suggestion_passes_the_checks(repo_id):
+    where = catalog_context(repo_id)
+    for key in presets.PRESETS:
+        validate_settings(presets.apply(key, {}, where), "0.32.0")
+    suggested = {s.setting: s.value for s in suggestions.suggest(where)}
+    assert validate_settings(suggested, "0.32.0") == suggested
