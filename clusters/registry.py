@@ -3,6 +3,8 @@ and, for local engines, the state directory where processes are recorded for re-
 
 from __future__ import annotations
 
+import os
+import secrets
 import threading
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,24 @@ _lock = threading.Lock()
 
 def state_dir(cluster: Cluster) -> Path:
     return Path(settings.STATE_DIR) / f"cluster-{cluster.pk}"
+
+
+def install_id() -> str:
+    """This install's id, generated once into the state folder (var/state/install-id). Every
+    engine it launches carries it, so that the sweep of engines no copy owns never touches an
+    engine another install (a second console, a test run) started."""
+    path = Path(settings.STATE_DIR) / "install-id"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        written = path.with_name(f"install-id.{os.getpid()}.{threading.get_ident()}.tmp")
+        written.write_text(secrets.token_hex(8) + "\n")
+        try:  # a link never replaces: of two processes starting at once, the first one's id wins
+            os.link(written, path)
+        except FileExistsError:
+            pass
+        finally:
+            written.unlink()
+    return path.read_text().strip()
 
 
 def engine_programs() -> EnginePrograms:

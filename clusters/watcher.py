@@ -73,7 +73,10 @@ class LogFollower:
 
 
 def failure_of(copy: Copy, seen: Observation) -> Failure:
-    found = classify(logs.recent_engine_lines(copy), seen.exit_code)
+    lines = logs.recent_engine_lines(copy)
+    if lifecycle.past_startup_deadline(copy) and classify(lines) is None:
+        return lifecycle.startup_timed_out(copy)  # no line says why: it was stopped for lateness
+    found = classify(lines, seen.exit_code)
     if found is None:
         words = seen.message or f"The engine stopped ({seen.reason or 'no reason given'})."
         found = Failure(ErrorCode.CONTAINER_EXITED, False, words)

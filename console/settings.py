@@ -102,18 +102,26 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = env_str("BERTH_CELERY_QUEUE", "berth")
-# Transfers (downloads from the hub, file syncs to machines) have a queue and a worker line of
-# their own, so that place, launch, stop and the reconcile pass never wait behind them.
+# Transfers (downloads from the hub, file syncs to machines, a copy's files brought to its
+# machine: a Kubernetes fill Job can take an hour) have a queue and a worker line of their own,
+# so that place, launch, stop and the reconcile pass never wait behind them.
 CELERY_TRANSFER_QUEUE = f"{CELERY_TASK_DEFAULT_QUEUE}-transfers"
-CELERY_TASK_ROUTES = {
-    name: {"queue": CELERY_TRANSFER_QUEUE}
-    for name in ("catalog.tasks.download_model", "deployments.tasks.sync_machine_files")
-}
+TRANSFER_TASKS = (
+    "catalog.tasks.download_model",
+    "deployments.tasks.sync_machine_files",
+    "deployments.tasks.prepare_copy",
+)
+CELERY_TASK_ROUTES = {name: {"queue": CELERY_TRANSFER_QUEUE} for name in TRANSFER_TASKS}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 RECONCILE_EVERY_S = env_int("BERTH_RECONCILE_EVERY_S", 5, low=1, high=3600)
+# Engines this install started that no copy owns are stopped: looked for this often, and only
+# once they have run this long (a launch's pid or pod may not be written to its copy yet).
+SWEEP_EVERY_S = env_int("BERTH_SWEEP_EVERY_S", 60, low=1, high=86400)
+SWEEP_GRACE_S = env_int("BERTH_SWEEP_GRACE_S", 120, low=1, high=86400)
 CELERY_BEAT_SCHEDULE = {
     "reconcile": {"task": "deployments.tasks.reconcile", "schedule": float(RECONCILE_EVERY_S)},
     "prune-logs": {"task": "deployments.tasks.prune_logs", "schedule": 300.0},
+    "sweep-strays": {"task": "deployments.tasks.sweep_strays", "schedule": float(SWEEP_EVERY_S)},
     "refresh-inventories": {
         "task": "clusters.tasks.refresh_all_inventories",
         "schedule": float(env_int("BERTH_REFRESH_EVERY_S", 30, low=1, high=86400)),

@@ -18,7 +18,7 @@ from clusters.backends.engines import EngineMissing
 from clusters.backends.local import WaitForRoom
 from clusters.backends.supervisor import free_port
 from clusters.models import Accelerator, ClusterKind
-from clusters.registry import backend_for
+from clusters.registry import backend_for, install_id
 from deployments import lifecycle, machine_files, placing, transitions
 from deployments.choices import CopyState as C
 from deployments.choices import DeploymentState as D
@@ -177,6 +177,7 @@ def spec_for(copy: Copy, port: int = 0, api_key: str = "") -> CopySpec:
         token_owner=deployment.team.name,
         on_cpu=facts.on_cpu,
         model_files=local_model_files(deployment),
+        install_id=install_id(),
         secret_env=key_environment(deployment.variant.engine, api_key) if api_key else {},
     )
 
@@ -193,7 +194,8 @@ def load_copy(copy_id: int) -> Copy | None:
 
 
 def prepare(copy_id: int) -> None:
-    """Put the model's files on the copy's machine, then launch (or MUST_REDOWNLOAD)."""
+    """Put the model's files on the copy's machine, then send it to launch (or fail it with
+    MUST_REDOWNLOAD). This runs on the transfer queue; the launch goes back to the control one."""
     copy = load_copy(copy_id)
     if copy is None or copy.state != C.COPYING_FILES:
         return
@@ -213,7 +215,7 @@ def prepare(copy_id: int) -> None:
     if result is None:
         return  # another worker is copying these files to this machine; it sends the copy on
     if result.present:
-        launch(copy_id)
+        lifecycle.enqueue("launch_copy", copy_id)
         return
     missing_files(copy, result.missing, result.message)
 

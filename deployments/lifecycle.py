@@ -33,6 +33,9 @@ PLACEABLE_DEPLOYMENTS = frozenset(
     {D.REQUESTED, D.DEPLOYING, D.INITIALIZING, D.DEPLOYED, D.DEGRADED, D.ERROR}
 )
 STOPPABLE_COPIES = frozenset({C.COPYING_FILES, C.STARTING, C.READY})
+# A copy in one of these may have an engine running (or about to): its engine is owned. An
+# engine of a copy in any other state (or of no copy at all) is a stray the reconciler stops.
+MAY_HAVE_ENGINE = frozenset({C.COPYING_FILES, C.STARTING, C.READY, C.STOPPING})
 
 
 def enqueue(task_name: str, *ids: int) -> None:
@@ -403,6 +406,25 @@ def observed_stopped(copy: Copy, message: str = "Stopped.") -> None:
     moved = give_up_room(copy, {C.STOPPING}, C.STOPPED, message=message, process_id=None)
     if moved is not None:
         refresh_state(copy.deployment_id)
+
+
+def startup_timed_out(copy: Copy) -> Failure:
+    """The failure of a copy that did not serve by its deadline (stopped for it)."""
+    seconds = (copy.startup_deadline - copy.started_at).total_seconds() if copy.started_at else 0
+    return Failure(
+        ErrorCode.STARTUP_TIMEOUT,
+        False,
+        f"The engine did not become ready within {seconds:.0f} s.",
+        "Try a smaller model or context, or raise BERTH_STARTUP_TIMEOUT_BASE_S.",
+    )
+
+
+def past_startup_deadline(copy: Copy) -> bool:
+    return (
+        copy.state == C.STARTING
+        and copy.startup_deadline is not None
+        and copy.startup_deadline < timezone.now()
+    )
 
 
 def startup_deadline(copy: Copy) -> timedelta:

@@ -8,17 +8,20 @@ re-dispatches work a dead worker left behind.
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db.models import Count, Q
 from django.utils import timezone
 
+from clusters.backends.base import ENGINE_GONE, RunningEngine
+from clusters.models import Cluster
+from clusters.registry import backend_for, install_id
 from deployments import launching, lifecycle, machine_files
 from deployments.choices import CopyState as C
 from deployments.choices import DeploymentState as D
-from deployments.choices import ErrorCode
-from deployments.classify import Failure
-from deployments.models import Copy, Deployment, Reservation
+from deployments.choices import EventKind
+from deployments.models import Copy, Deployment, Event, Reservation
 
 log = logging.getLogger(__name__)
 # A copy claimed by a worker that shows no progress for this long is dispatched again.
@@ -62,23 +65,22 @@ def needs_placing(deployment: Deployment) -> bool:
 
 
 def reap_stuck() -> None:
-    """Copies still starting past their deadline: stop them and say STARTUP_TIMEOUT."""
+    """Copies still starting past their deadline: stop them and say STARTUP_TIMEOUT. The copy
+    keeps its room until its engine is seen gone: at once where the stop waits for it (local
+    engines), else when the watcher sees the pod go (it fails the copy with the same words);
+    until then each pass asks again (a Kubernetes delete is idempotent)."""
     stuck = Copy.objects.filter(state=C.STARTING, startup_deadline__lt=timezone.now())
     for copy in stuck.select_related("deployment__cluster", "machine"):
-        seconds = (
-            (copy.startup_deadline - copy.started_at).total_seconds() if copy.started_at else 0
-        )
-        failure = Failure(
-            ErrorCode.STARTUP_TIMEOUT,
-            False,
-            f"The engine did not become ready within {seconds:.0f} s.",
-            "Try a smaller model or context, or raise BERTH_STARTUP_TIMEOUT_BASE_S.",
-        )
+        backend = backend_for(copy.deployment.cluster)
+        handle = launching.handle_for(copy)
         try:
-            launching.backend_for(copy.deployment.cluster).stop(launching.handle_for(copy))
-        except Exception:  # the stop is best effort: the copy is failed either way
+            backend.stop(handle)
+            (seen,) = backend.observe([handle])
+        except Exception:  # the stop is asked again on the next pass
             log.exception("stopping stuck copy %s", copy.pk)
-        lifecycle.fail_copy(copy, failure)
+            continue
+        if seen.status in ENGINE_GONE:
+            lifecycle.fail_copy(copy, lifecycle.startup_timed_out(copy))
 
 
 def evacuate_lost_machines() -> None:
@@ -88,7 +90,7 @@ def evacuate_lost_machines() -> None:
     ).select_related("deployment__cluster", "machine")
     for copy in lost:
         try:
-            launching.backend_for(copy.deployment.cluster).stop(launching.handle_for(copy))
+            backend_for(copy.deployment.cluster).stop(launching.handle_for(copy))
         except Exception:  # the machine is gone; there may be nothing left to stop
             log.info("could not stop copy %s on lost machine %s", copy.pk, copy.machine)
         reason = f"Its machine {copy.machine.name} is no longer reported; placing it again."
@@ -167,3 +169,61 @@ def redispatch_stalled_downloads() -> None:
     from catalog.downloads import redispatch_stalled
 
     redispatch_stalled()
+
+
+def sweep_strays(now: datetime | None = None) -> int:
+    """Stop the engines this install started that no copy owns (its row deleted, or moved to a
+    state without an engine), once they have run past the grace period; say so in an Event.
+    Engines without this install's id (another console's, or older ones) are never touched."""
+    now = now or timezone.now()
+    ours = install_id()
+    stopped = 0
+    for cluster in Cluster.objects.order_by("pk"):
+        try:
+            running = backend_for(cluster).running_engines(ours)
+        except Exception:  # an unreachable cluster is looked at again on the next sweep
+            log.warning("cannot list the engines of cluster %s", cluster.name, exc_info=True)
+            continue
+        for engine in strays(running, now - timedelta(seconds=settings.SWEEP_GRACE_S)):
+            stopped += stop_stray(cluster, engine)
+    return stopped
+
+
+def strays(running: list[RunningEngine], started_before: datetime) -> list[RunningEngine]:
+    # Not filtered by cluster: two clusters may name one Kubernetes namespace.
+    owned = set(
+        Copy.objects.filter(
+            pk__in=[engine.handle.copy_id for engine in running],
+            state__in=lifecycle.MAY_HAVE_ENGINE,
+        ).values_list("pk", flat=True)
+    )
+    return [
+        engine
+        for engine in running
+        if engine.handle.copy_id not in owned and engine.started_at < started_before
+    ]
+
+
+def stop_stray(cluster: Cluster, engine: RunningEngine) -> int:
+    try:
+        backend_for(cluster).stop(engine.handle)
+    except Exception:
+        log.warning("cannot stop stray engine of copy %s", engine.handle.copy_id, exc_info=True)
+        return 0
+    copy = Copy.objects.filter(pk=engine.handle.copy_id).select_related("deployment").first()
+    name = copy.deployment.name if copy else engine.deployment_name or "(deleted)"
+    where = f", machine {engine.handle.machine}" if engine.handle.machine else ""
+    Event.objects.create(
+        deployment=copy.deployment if copy else None,
+        deployment_name=name,
+        copy=copy,
+        kind=EventKind.SYSTEM,
+        message=(
+            f"Stopped an engine that no copy owns (copy {engine.handle.copy_id} of {name}, "
+            f"cluster {cluster.name}{where}, running since "
+            f"{engine.started_at:%Y-%m-%d %H:%M:%S %Z}). Its copy is gone or no longer runs, "
+            "so the memory it used was not counted for placement."
+        ),
+    )
+    log.info("stopped stray engine of copy %s on cluster %s", engine.handle.copy_id, cluster)
+    return 1

@@ -58,6 +58,11 @@ def reconcile() -> None:
 
 
 @shared_task(acks_late=True)
+def sweep_strays() -> int:
+    return reconciler.sweep_strays()
+
+
+@shared_task(acks_late=True)
 def prune_logs() -> int:
     from django.conf import settings
 

@@ -87,16 +87,13 @@ def make_deployment(
 ) -> Deployment:
     model = model or Model.objects.first() or make_model()
     cluster = cluster or Cluster.objects.first() or make_cluster()
-    defaults: dict[str, Any] = {"accelerators_per_copy": Decimal(1), "copies_wanted": 1}
+    defaults: dict[str, Any] = {
+        "accelerators_per_copy": Decimal(1),
+        "copies_wanted": 1,
+        "variant": model.variants.first(),
+    }
     defaults.update(fields)
-    return Deployment.objects.create(
-        name=name,
-        team=team,
-        model=model,
-        variant=model.variants.first(),
-        cluster=cluster,
-        **defaults,
-    )
+    return Deployment.objects.create(name=name, team=team, model=model, cluster=cluster, **defaults)
 
 
 def make_copy(deployment: Deployment, ordinal: int = 0) -> Copy:

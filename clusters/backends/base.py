@@ -94,6 +94,9 @@ class CopySpec:
     # The model's files on this machine (a folder or a GGUF), which a local engine's user may
     # read; "" when the engine fetches them itself.
     model_files: str = ""
+    # This install's id (clusters/registry.install_id): engines carry it, so that an install
+    # sweeps only engines it started itself.
+    install_id: str = ""
     # The copy's secrets (its engine key) by variable: local engines get them in their
     # environment, pods from a Secret; never on a command line, in a record or in a repr.
     secret_env: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
@@ -110,6 +113,18 @@ class CopyHandle:
     pod_name: str = ""
     # The copy's engine key, for what the engine guards with it (llama.cpp's /metrics).
     api_key: str = field(default="", repr=False, compare=False)
+    # Given, a stop touches only what carries this install's id (a sweep of strays must never
+    # stop another install's engine that has the same copy id).
+    install_id: str = ""
+
+
+@dataclass(frozen=True)
+class RunningEngine:
+    """An engine a backend finds running that carries an install's id (see running_engines)."""
+
+    handle: CopyHandle
+    started_at: datetime
+    deployment_name: str = ""
 
 
 @dataclass(frozen=True)
@@ -207,6 +222,11 @@ class ClusterBackend(Protocol):
     def launch(self, spec: CopySpec) -> CopyHandle: ...
 
     def stop(self, handle: CopyHandle) -> None: ...
+
+    def running_engines(self, install_id: str) -> list[RunningEngine]:
+        """Every engine running now that was launched with this install id (whatever copy it
+        was for): what the reconciler compares with the copies it knows."""
+        ...
 
     def observe(self, handles: Sequence[CopyHandle]) -> list[Observation]: ...
 

@@ -30,6 +30,7 @@ from clusters.backends.base import (
     LogRecord,
     MetricSample,
     Observation,
+    RunningEngine,
 )
 from clusters.backends.logparse import LineState, parse_lines, root_cause_line
 
@@ -290,6 +291,24 @@ class LocalProcessBackend:
                 records.append(record)
         return records
 
+    def running_engines(self, install_id: str) -> list[RunningEngine]:
+        """The running engines whose record carries install_id (a record without one, written
+        before ids were kept, is never listed)."""
+        return [
+            RunningEngine(
+                CopyHandle(
+                    record["copy_id"],
+                    machine=record.get("machine", ""),
+                    pid=record["pid"],
+                    port=record.get("port"),
+                ),
+                datetime.fromisoformat(record["started_at"]),
+                record.get("deployment_name", ""),
+            )  # fmt: skip
+            for record in self.live_records()
+            if install_id and record.get("install_id") == install_id
+        ]
+
     # -------------------------------------------------------- launch
 
     def running_handle(self, spec: CopySpec) -> CopyHandle | None:
@@ -347,6 +366,8 @@ class LocalProcessBackend:
             "started_at": started_at.isoformat(),
             "argv": redact_argv(argv),
             "engine_user": user.name if user else "",
+            "install_id": spec.install_id,
+            "deployment_name": spec.deployment_name,
             **(extra or {}),
         }
         self._write_record(spec.copy_id, record)

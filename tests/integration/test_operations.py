@@ -1,6 +1,7 @@
 """Scale, stop, start and delete on the simulator, and faults in the console's own processes.
 
-After every step, the room held (Reservation rows) is exactly the room of the placed copies.
+After every step, the room held (Reservation rows) is exactly the room of the placed copies, and
+those are the copies whose engines really run.
 """
 
 from __future__ import annotations
@@ -8,11 +9,13 @@ from __future__ import annotations
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 from django.core.management import call_command
 from django.db.models import Sum
 
+from clusters.backends.local import LocalProcessBackend
 from clusters.backends.simulator import discover_inventory
 from clusters.inventory import apply_discovery
 from clusters.models import Cluster
@@ -43,6 +46,25 @@ def reservations_match_placed_copies() -> None:
     assert not Reservation.objects.exclude(copy__state__in=HOLDING).exists()
 
 
+def room_matches_running_engines(state_dir: Path) -> None:
+    """The room held is the room of the placed copies, and those are what really runs: every
+    copy starting or serving has its engine running, and no engine runs for any other copy (a
+    stopping one's may still be on its way out)."""
+    reservations_match_placed_copies()
+    running = {
+        record["copy_id"]
+        for folder in state_dir.glob("cluster-*")
+        for record in LocalProcessBackend(folder, "").live_records()
+    }
+    with_engine = set(
+        Copy.objects.filter(state__in=[CopyState.STARTING, CopyState.READY]).values_list(
+            "pk", flat=True
+        )
+    )
+    stopping = set(Copy.objects.filter(state=CopyState.STOPPING).values_list("pk", flat=True))
+    assert with_engine <= running <= with_engine | stopping, (running, with_engine, stopping)
+
+
 def ready_copies(deployment) -> int:
     return Copy.objects.filter(deployment=deployment, state=CopyState.READY).count()
 
@@ -63,11 +85,11 @@ def test_scale_stop_start_and_delete_keep_reservations_exact(tmp_path, catalog, 
     with console_processes(tmp_path):
         deployment = host(bob, red, cluster, "ops", engine_settings=SETTINGS)
         wait_for(settled(deployment, DeploymentState.DEPLOYED, 1), 60, what="1 copy serving")
-        reservations_match_placed_copies()
+        room_matches_running_engines(tmp_path)
 
         actions.scale(bob, fresh(deployment), 3)
         wait_for(settled(deployment, DeploymentState.DEPLOYED, 3), 60, what="3 copies serving")
-        reservations_match_placed_copies()
+        room_matches_running_engines(tmp_path)
 
         first_ready = set(
             Copy.objects.filter(deployment=deployment, ordinal__lt=1).values_list("pk", flat=True)
@@ -87,7 +109,7 @@ def test_scale_stop_start_and_delete_keep_reservations_exact(tmp_path, catalog, 
             )
         )
         assert kept == first_ready  # the newest stopped, the oldest kept serving
-        reservations_match_placed_copies()
+        room_matches_running_engines(tmp_path)
 
         actions.scale(bob, fresh(deployment), 1, "0.5")
         wait_for(
@@ -108,7 +130,7 @@ def test_scale_stop_start_and_delete_keep_reservations_exact(tmp_path, catalog, 
         assert Copy.objects.get(
             deployment=deployment, state=CopyState.READY
         ).gpu_memory_utilization == pytest.approx(0.4)
-        reservations_match_placed_copies()
+        room_matches_running_engines(tmp_path)
 
         actions.stop(bob, fresh(deployment))
         wait_for(reached(deployment, DeploymentState.STOPPED), 60, what="STOPPED")
@@ -119,7 +141,7 @@ def test_scale_stop_start_and_delete_keep_reservations_exact(tmp_path, catalog, 
 
         actions.start(bob, fresh(deployment))
         wait_for(settled(deployment, DeploymentState.DEPLOYED, 1), 60, what="DEPLOYED again")
-        reservations_match_placed_copies()
+        room_matches_running_engines(tmp_path)
 
         actions.delete(bob, fresh(deployment))
         wait_for(
@@ -144,7 +166,7 @@ def test_a_worker_killed_mid_launch_leaves_no_duplicate_and_no_leak(tmp_path, ca
             settled(deployment, DeploymentState.DEPLOYED, 2), 120, what="DEPLOYED after the kill"
         )
         assert Copy.objects.filter(deployment=deployment).count() == 2
-        reservations_match_placed_copies()
+        room_matches_running_engines(tmp_path)
 
 
 def test_a_restarted_watcher_re_adopts_running_copies(tmp_path, catalog, bob, red):
@@ -191,7 +213,7 @@ def test_a_lost_machine_sends_its_copies_elsewhere(tmp_path, catalog, bob, red):
             90,
             what="the copy serving on the other machine",
         )
-        reservations_match_placed_copies()
+        room_matches_running_engines(tmp_path)
 
 
 def restart_embedded_redis() -> None:
@@ -213,3 +235,4 @@ def test_a_redis_restart_in_the_middle_converges(tmp_path, catalog, bob, red):
         wait_for(
             settled(deployment, DeploymentState.DEPLOYED, 1), 120, what="DEPLOYED after the restart"
         )
+        room_matches_running_engines(tmp_path)

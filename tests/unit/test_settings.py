@@ -63,6 +63,8 @@ def test_good_settings_start():
         ("BERTH_REPLY_WAIT_S", "5", "BERTH_REPLY_WAIT_S=5 is outside 10..1800"),
         ("BERTH_REPLY_WAIT_S", "soon", "BERTH_REPLY_WAIT_S='soon' is not a whole number"),
         ("BERTH_CREDENTIALS_KEY", None, "BERTH_CREDENTIALS_KEY is not set"),
+        ("BERTH_SWEEP_GRACE_S", "0", "BERTH_SWEEP_GRACE_S=0 is outside 1..86400"),
+        ("BERTH_SWEEP_EVERY_S", "often", "BERTH_SWEEP_EVERY_S='often' is not a whole number"),
         ("BERTH_CPU_RESERVE_GIB", "-1", "BERTH_CPU_RESERVE_GIB=-1 is outside 0..4096"),
         ("BERTH_CPU_RESERVE_GIB", "some", "BERTH_CPU_RESERVE_GIB='some' is not a number"),
         (

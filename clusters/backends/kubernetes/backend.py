@@ -30,6 +30,7 @@ from clusters.backends.base import (
     ModelFiles,
     Observation,
     Progress,
+    RunningEngine,
 )
 from clusters.backends.kubernetes.discovery import BERTH, MANAGED_BY, discovery_from, is_berth_pod
 from clusters.backends.kubernetes.engine_output import log_record, log_records, metric_samples
@@ -53,7 +54,9 @@ from clusters.backends.kubernetes.manifests import (
     COPY_ID_LABEL,
     DEFAULT_ENGINE_IMAGE,
     DEFAULT_PORT,
+    DEPLOYMENT_LABEL,
     ENGINE_CONTAINER,
+    INSTALL_LABEL,
     ManifestSettings,
     build_deployment,
     build_engine_key_secret,
@@ -106,13 +109,33 @@ def aware(moment: datetime) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
+def labels_of(item: Any) -> dict[str, str]:
+    return dict((item.metadata and item.metadata.labels) or {})
+
+
 def owner_of(item: Any) -> str:
-    return str(((item.metadata and item.metadata.labels) or {}).get(COPY_ID_LABEL, ""))
+    return str(labels_of(item).get(COPY_ID_LABEL, ""))
 
 
-def belongs_to(item: Any, copy_id: int) -> bool:
-    labels = (item.metadata and item.metadata.labels) or {}
-    return labels.get(MANAGED_BY) == BERTH and labels.get(COPY_ID_LABEL) == str(copy_id)
+def belongs_to(item: Any, copy_id: int, install_id: str = "") -> bool:
+    """Checked here too, not only by the label selector (what a proxy or an old API server
+    does with a selector is not ours to trust)."""
+    labels = labels_of(item)
+    return (
+        labels.get(MANAGED_BY) == BERTH
+        and labels.get(COPY_ID_LABEL) == str(copy_id)
+        and (not install_id or labels.get(INSTALL_LABEL) == install_id)
+    )
+
+
+def started_by(item: Any, install_id: str) -> bool:
+    labels = labels_of(item)
+    return (
+        bool(install_id)
+        and labels.get(MANAGED_BY) == BERTH
+        and labels.get(INSTALL_LABEL) == install_id
+        and owner_of(item).isdigit()
+    )
 
 
 class KubernetesBackend:
@@ -454,22 +477,44 @@ class KubernetesBackend:
         except urllib3.exceptions.HTTPError as error:
             raise self.failure(error, f"delete {kind.name} {name}") from None
 
-    def names_of_copy(self, kind: ObjectKind, copy_id: int) -> list[str]:
+    def names_of_copy(self, kind: ObjectKind, copy_id: int, install_id: str = "") -> list[str]:
         selector = f"{BERTH_SELECTOR},{COPY_ID_LABEL}={copy_id}"
+        if install_id:
+            selector += f",{INSTALL_LABEL}={install_id}"
         try:
             items = kind.list(
                 self.namespace, label_selector=selector, _request_timeout=self.timeout
             ).items
         except API_FAILURES as error:
             raise self.failure(error, f"list {kind.name}s") from None
-        return [item.metadata.name for item in items if belongs_to(item, copy_id)]
+        return [item.metadata.name for item in items if belongs_to(item, copy_id, install_id)]
 
     def stop(self, handle: CopyHandle) -> None:
         """Delete the copy's Deployment, Service, key Secret and NetworkPolicy (found by
         label); missing ones are fine."""
         for kind in (self.deployments, self.services, self.secrets, self.network_policies):
-            for name in self.names_of_copy(kind, handle.copy_id):
+            for name in self.names_of_copy(kind, handle.copy_id, handle.install_id):
                 self.delete(kind, name)
+
+    def running_engines(self, install_id: str) -> list[RunningEngine]:
+        """The copies' Deployments labelled with install_id (what keeps their pods running)."""
+        selector = f"{BERTH_SELECTOR},{INSTALL_LABEL}={install_id}"
+        try:
+            items = self.apps.list_namespaced_deployment(
+                self.namespace, label_selector=selector, _request_timeout=self.timeout
+            ).items
+        except API_FAILURES as error:
+            raise self.failure(error, "list deployments") from None
+        return [
+            RunningEngine(
+                CopyHandle(int(owner_of(item)), install_id=install_id),
+                # No creation time read: taken as new, so that it waits out the grace period.
+                aware(item.metadata.creation_timestamp or datetime.now(UTC)),
+                labels_of(item).get(DEPLOYMENT_LABEL, ""),
+            )
+            for item in items
+            if started_by(item, install_id)
+        ]
 
     # --- observation ---------------------------------------------------------------------------
 

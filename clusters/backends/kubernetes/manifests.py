@@ -31,6 +31,7 @@ DEFAULT_PORT = 8000
 ENGINE_CONTAINER = "vllm"
 ENGINE_COMMAND = ("vllm", "serve")
 COPY_ID_LABEL = "berth.io/copy-id"
+INSTALL_LABEL = "berth.io/install"
 DEPLOYMENT_LABEL = "berth.io/deployment"
 ORDINAL_LABEL = "berth.io/ordinal"
 INSTANCE_LABEL = "app.kubernetes.io/instance"
@@ -98,6 +99,7 @@ def copy_labels(spec: CopySpec, name: str) -> dict[str, str]:
         COPY_ID_LABEL: str(spec.copy_id),
         DEPLOYMENT_LABEL: label_value(spec.deployment_name),
         ORDINAL_LABEL: str(spec.ordinal),
+        **({INSTALL_LABEL: label_value(spec.install_id)} if spec.install_id else {}),
     }
 
 
