@@ -29,6 +29,12 @@ def is_trusted(model: Model, revision: str) -> bool:
     ).exists()
 
 
+def kept_per_team(model: Model, revision: str) -> bool:
+    """Gated weights (each team has its own access) and models that run their own code (which
+    could rewrite what it reads) are cached per team on a cluster, never in the shared cache."""
+    return model.gated or is_trusted(model, revision)
+
+
 def ask(model: Model, revision: str, actor: Any) -> CodeTrust:
     """Record an operator's request (once; asking again changes nothing)."""
     row, _ = CodeTrust.objects.get_or_create(model=model, revision=revision)

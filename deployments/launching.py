@@ -178,8 +178,17 @@ def spec_for(copy: Copy, port: int = 0, api_key: str = "") -> CopySpec:
         on_cpu=facts.on_cpu,
         model_files=local_model_files(deployment),
         install_id=install_id(),
+        cache_owner=(
+            deployment.team.name
+            if trust.kept_per_team(deployment.model, deployment.revision)
+            else ""
+        ),
         secret_env=key_environment(deployment.variant.engine, api_key) if api_key else {},
     )
+
+
+def own_cache(deployment: Deployment) -> bool:
+    return trust.kept_per_team(deployment.model, deployment.revision)
 
 
 def local_model_files(deployment: Deployment) -> str:

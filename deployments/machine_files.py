@@ -19,6 +19,7 @@ from django.db import transaction
 from django.db.models import Count, Exists, OuterRef, Q
 from django.utils import timezone
 
+from catalog import trust
 from catalog.models import MachineFiles, MachineFilesState, ServerModel
 from clusters.backends.base import BackendError, FilesResult, ModelFiles
 from clusters.models import Machine
@@ -47,6 +48,7 @@ def model_files(server_copy: ServerModel, team: Team | None = None) -> ModelFile
     team's Hugging Face token goes with them (a cluster that fetches them itself needs it for
     a gated model)."""
     variant = server_copy.variant
+    own_cache = team is not None and trust.kept_per_team(variant.model, server_copy.revision)
     return ModelFiles(
         repo_id=variant.repo_id,
         revision=server_copy.revision,
@@ -56,6 +58,7 @@ def model_files(server_copy: ServerModel, team: Team | None = None) -> ModelFile
         files=tuple((str(name), int(size)) for name, size in server_copy.files or ()),
         token_owner=team.name if team else "",
         token=team.hf_token() if team else "",
+        cache_owner=team.name if own_cache and team else "",
     )
 
 

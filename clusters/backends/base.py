@@ -97,6 +97,9 @@ class CopySpec:
     # This install's id (clusters/registry.install_id): engines carry it, so that an install
     # sweeps only engines it started itself.
     install_id: str = ""
+    # The team whose own cache on a cluster holds the model ("" → the shared cache): gated
+    # weights and models that run their own code are kept per team (catalog/trust.py).
+    cache_owner: str = ""
     # The copy's secrets (its engine key) by variable: local engines get them in their
     # environment, pods from a Secret; never on a command line, in a record or in a repr.
     secret_env: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
@@ -138,6 +141,7 @@ class ModelFiles:
     size_bytes: int = 0
     files: tuple[tuple[str, int], ...] = ()  # (path in the repository, bytes)
     token_owner: str = ""  # the team whose Hugging Face token fetches them (gated models)
+    cache_owner: str = ""  # the team whose own cache on a cluster keeps them ("" → shared)
     token: str = field(default="", repr=False, compare=False)  # that token: never shown or logged
 
     @property

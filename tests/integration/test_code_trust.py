@@ -89,6 +89,8 @@ def test_an_admin_trusts_in_the_admin_and_copies_then_run_the_code(bob, qwen, cl
     admin.is_staff = admin.is_superuser = True
     admin.save()
     row = trust.ask(qwen.model, "", bob)
+    copy = factories.make_copy(qwen)
+    assert launching.spec_for(copy).cache_owner == ""  # the shared cache until it is trusted
     client.force_login(admin)
     answer = client.post(
         "/admin/catalog/codetrust/",
@@ -97,10 +99,11 @@ def test_an_admin_trusts_in_the_admin_and_copies_then_run_the_code(bob, qwen, cl
     assert answer.status_code == 302
     row.refresh_from_db()
     assert (row.trusted_by, row.trusted) == (admin, True)
-    copy = factories.make_copy(qwen)
     facts = launching.launch_facts(copy, 8000, [])
     assert facts.trust_remote_code
     assert "--trust-remote-code" in launching.argv_for(copy, facts)
+    # A model that runs its own code is cached per team on a cluster (it could rewrite files).
+    assert launching.spec_for(copy).cache_owner == qwen.team.name
     # Per revision: another revision of the same model is not trusted by it.
     assert not trust.is_trusted(qwen.model, "v2")
 

@@ -409,8 +409,14 @@ def test_launch_creates_the_copys_deployment_and_service(backend, cluster, apps,
         "periodSeconds": 5,
         "failureThreshold": 3,
     }
+    # Read-only, and only the shared hub: the teams' own caches beside it stay out of sight.
     assert container["volumeMounts"] == [
-        {"name": "model-cache", "mountPath": "/root/.cache/huggingface", "readOnly": True},
+        {
+            "name": "model-cache",
+            "readOnly": True,
+            "mountPath": "/root/.cache/huggingface/hub",
+            "subPath": "hub",
+        },
         {"name": "shm", "mountPath": "/dev/shm"},
     ]
     service = raw(core.read_namespaced_service("qwen-chat-0", NAMESPACE, _preload_content=False))
@@ -1204,3 +1210,32 @@ def test_the_fill_jobs_program_fetches_exactly_the_files_at_the_commit(tmp_path)
     assert bytes_reported(ran.stdout) is not None and "model cache filled" in ran.stdout
     snapshot = tmp_path / "hf" / "hub" / "models--acme--filled" / "snapshots" / sha
     assert sorted(p.name for p in snapshot.iterdir()) == ["config.json", "model.safetensors"]
+
+
+def test_gated_and_own_code_models_are_cached_per_team(quick, cluster, core, batch):
+    claim(core, "ReadWriteMany")
+    red_files = replace(QWEN_FILES, token_owner="red", cache_owner="red")
+    blue_files = replace(red_files, token_owner="blue", cache_owner="blue")
+    names = {fill_job_name(f, None) for f in (QWEN_FILES, red_files, blue_files)}
+    assert len(names) == 3  # one fill per team: another team's fill is not this team's
+    for files in (red_files, blue_files):
+        finish_job(batch, fill_job_name(files, None), {"succeeded": 1})
+        assert quick.prepare_files("gpu-h100-a", files).present
+    written = {
+        job["metadata"]["name"]: job["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
+        for job in jobs(batch)
+    }
+    assert written[fill_job_name(red_files, None)] == [
+        {"name": "model-cache", "mountPath": "/root/.cache/huggingface", "subPath": "teams/red"}
+    ]
+    quick.launch(copy_spec(cache_owner="red", token_owner="red"))
+    engine = raw(client.AppsV1Api(quick.api).read_namespaced_deployment(
+        "qwen-chat-0", NAMESPACE, _preload_content=False))  # fmt: skip
+    mounts = engine["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
+    # The team's own cache is all its pod sees, read-only: not the shared hub, not blue's.
+    assert mounts[0] == {
+        "name": "model-cache",
+        "readOnly": True,
+        "mountPath": "/root/.cache/huggingface",
+        "subPath": "teams/red",
+    }

@@ -23,6 +23,7 @@ from clusters.backends.kubernetes.manifests import (
     ManifestSettings,
     cache_volume,
     hf_token_env,
+    team_cache,
 )
 
 FILL_CONTAINER = "fill"
@@ -59,7 +60,18 @@ JobOutcome = Literal["running", "succeeded", "failed"]
 def fill_job_name(files: ModelFiles, machine: str | None) -> str:
     """One Job per files and node (or per files, for a shared cache): a DNS-1123 name."""
     where = hashlib.sha256(machine.encode()).hexdigest()[:8] if machine else "shared"
-    return f"berth-fill-{files.key[:12]}-{where}"
+    whose = (
+        f"-{hashlib.sha256(files.cache_owner.encode()).hexdigest()[:6]}"
+        if files.cache_owner
+        else ""
+    )
+    return f"berth-fill-{files.key[:12]}-{where}{whose}"
+
+
+def fill_cache_mount(files: ModelFiles) -> dict[str, Any]:
+    """Where the Job writes: the shared cache, or the team's own part of it."""
+    mount = {"name": "model-cache", "mountPath": HF_CACHE}
+    return {**mount, "subPath": team_cache(files.cache_owner)} if files.cache_owner else mount
 
 
 def build_fill_job(
@@ -82,7 +94,7 @@ def build_fill_job(
                     {"name": "HF_HUB_DISABLE_PROGRESS_BARS", "value": "1"},
                     *hf_token_env(settings),
                 ],
-                "volumeMounts": [{"name": "model-cache", "mountPath": HF_CACHE}],
+                "volumeMounts": [fill_cache_mount(files)],
             }
         ],
         "volumes": [{"name": "model-cache", **cache_volume(settings)}],

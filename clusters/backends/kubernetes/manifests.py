@@ -37,6 +37,7 @@ ORDINAL_LABEL = "berth.io/ordinal"
 INSTANCE_LABEL = "app.kubernetes.io/instance"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 HF_CACHE = "/root/.cache/huggingface"
+TEAM_CACHES = "teams"  # beside the shared "hub" in the cache volume: teams/<team>/hub/…
 # The device plugin chooses the GPUs and sets these itself; a value rendered for another kind of
 # machine (standalone pins GPU indexes) would hide the GPUs the pod was given.
 DEVICE_SELECTION_ENV = {
@@ -228,6 +229,28 @@ def cache_volume(settings: ManifestSettings) -> dict[str, Any]:
     return {"hostPath": {"path": settings.node_cache_path, "type": "DirectoryOrCreate"}}
 
 
+def team_cache(owner: str) -> str:
+    """A team's own part of the cache volume (team names are slugs, safe as a path)."""
+    return f"{TEAM_CACHES}/{owner}"
+
+
+def engine_cache_mount(spec: CopySpec) -> dict[str, Any]:
+    """Read-only: only the fill Jobs write the cache, so an engine (or a model's own code)
+    cannot rewrite another team's weights, templates or code. A team's own cache is all such a
+    pod sees; a shared model's pod sees only the shared hub, not the teams' caches beside it."""
+    if spec.cache_owner:
+        return {
+            "name": "model-cache", "mountPath": HF_CACHE, "subPath": team_cache(spec.cache_owner),
+            "readOnly": True,
+        }  # fmt: skip
+    return {
+        "name": "model-cache",
+        "mountPath": f"{HF_CACHE}/hub",
+        "subPath": "hub",
+        "readOnly": True,
+    }
+
+
 def volumes(settings: ManifestSettings) -> list[dict[str, Any]]:
     # NCCL and vLLM's workers exchange tensors through /dev/shm; the container default is 64 MiB.
     shm = {"emptyDir": {"medium": "Memory", "sizeLimit": settings.shm_size}}
@@ -246,12 +269,7 @@ def engine_container(
         "env": container_env(spec, settings),
         # Extended resources must have requests equal to limits.
         "resources": {"requests": dict(gpus), "limits": dict(gpus)},
-        "volumeMounts": [
-            # Read-only: only the fill Jobs write the cache, so an engine (or a model's own
-            # code) cannot rewrite another team's weights, templates or code.
-            {"name": "model-cache", "mountPath": HF_CACHE, "readOnly": True},
-            {"name": "shm", "mountPath": "/dev/shm"},
-        ],
+        "volumeMounts": [engine_cache_mount(spec), {"name": "shm", "mountPath": "/dev/shm"}],
         # Readiness only: a liveness probe would restart an engine that is still loading a large
         # model; a copy that never becomes ready is reaped by Berth's startup deadline instead.
         "readinessProbe": {
