@@ -54,13 +54,17 @@ def make_backend(cluster: Cluster) -> ClusterBackend:
             cluster.simulated_inventory or {},
             state_dir(cluster),
             copy_bytes_per_second=settings.SIMULATOR_COPY_BYTES_PER_S,
+            engine_sockets=True,
         )
     if cluster.kind == ClusterKind.STANDALONE:
         from clusters.backends.standalone import StandaloneBackend
 
         reserve = int(settings.CPU_RESERVE_GIB * (1 << 30))
         return StandaloneBackend(
-            state_dir(cluster), programs=engine_programs(), cpu_reserve_bytes=reserve
+            state_dir(cluster),
+            programs=engine_programs(),
+            cpu_reserve_bytes=reserve,
+            engine_sockets=True,  # only the console and the gateway reach an engine
         )
     from clusters.backends.kubernetes import KubernetesBackend
 

@@ -90,7 +90,8 @@ def became_ready(copy: Copy) -> None:
     moved = transitions.copy_if(copy.pk, {C.STARTING}, C.READY, message=f"Serves on {machine}.")
     if moved is None:
         return
-    logs.serving(copy, f"Copy {copy.ordinal} serves on {machine} (port {copy.port}).")
+    where = "its own socket" if copy.socket_path else f"port {copy.port}"
+    logs.serving(copy, f"Copy {copy.ordinal} serves on {machine} ({where}).")
     lifecycle.refresh_state(copy.deployment_id)
     wake_neighbours(copy)
 

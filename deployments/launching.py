@@ -45,6 +45,7 @@ def handle_for(copy: Copy) -> CopyHandle:
         pid=copy.process_id,
         port=copy.port,
         pod_name=copy.pod_name,
+        socket=copy.socket_path,
     )
 
 
@@ -348,7 +349,10 @@ def launch(copy_id: int) -> None:
         lifecycle.fail_copy(copy, Failure(ErrorCode.RUNTIME_ERROR, False, str(error)))
         return
     Copy.objects.filter(pk=copy.pk).update(
-        process_id=handle.pid, pod_name=handle.pod_name, port=handle.port or copy.port
+        process_id=handle.pid,
+        pod_name=handle.pod_name,
+        port=handle.port or copy.port,
+        socket_path=handle.socket,
     )
     lifecycle.refresh_state(copy.deployment_id)
 

@@ -135,6 +135,8 @@ class Copy(StateGuardedModel):
     sharing_class = models.CharField(max_length=32, blank=True)
     pending_reason = models.TextField(blank=True)
     port = models.PositiveIntegerField(null=True, blank=True)
+    # A local engine listens on this Unix socket instead of its port (clusters/backends/local).
+    socket_path = models.CharField(max_length=200, blank=True, editable=False)
     process_id = models.PositiveIntegerField(null=True, blank=True)
     pod_name = models.CharField(max_length=253, blank=True)
     engine_api_key_encrypted = models.TextField(blank=True, editable=False)

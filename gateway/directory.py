@@ -33,6 +33,7 @@ class Upstream:
     deployment_id: int
     url: str
     headers: dict[str, str]  # the copy's own key, which clients never see
+    socket: str = ""  # a local engine's Unix socket, which the URL's host then stands for
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,8 @@ def upstream_url(copy: Copy) -> str:
     if cluster.kind == ClusterKind.KUBERNETES:
         host = f"{object_name(copy.deployment.name, copy.ordinal)}.{cluster.namespace}.svc"
         return f"http://{host}:{copy.port or DEFAULT_PORT}"
+    if copy.socket_path:
+        return "http://localhost"  # reached through its socket (Upstream.socket)
     return f"http://127.0.0.1:{copy.port}"
 
 
@@ -128,7 +131,7 @@ def load_table(keys: KeyBox) -> Table:
     for copy in ready:
         if copy.deployment.state in ROUTABLE:
             url, key = upstream_url(copy), keys.headers(copy)
-            found = Upstream(copy.pk, copy.deployment_id, url, key)
+            found = Upstream(copy.pk, copy.deployment_id, url, key, copy.socket_path)
             by_deployment.setdefault(copy.deployment_id, []).append(found)
     # Stopped deployments stay in the table, so that asking for one says it is stopped.
     rows = Deployment.objects.select_related("team").only(

@@ -135,7 +135,7 @@ class Flight:
         # Past the first token, a copy silent for longer than this has hung.
         silence = max(300.0, self.route.reply_wait_s + 5.0)
         try:
-            self.response = await self.hub.client.post(
+            self.response = await self.hub.client_for(self.upstream).post(
                 self.upstream.url + self.call.path,
                 data=upstream_body(self.call, self.route),
                 headers={**self.upstream.headers, **UPSTREAM_HEADERS},

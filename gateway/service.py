@@ -22,7 +22,7 @@ import aiohttp
 from django.db import connection
 
 from gateway import conf, errors
-from gateway.directory import KeyBox, Table, load_table
+from gateway.directory import KeyBox, Table, Upstream, load_table
 from gateway.errors import GatewayError
 from gateway.figures import Figures
 from gateway.keys import Caller, KeyCache
@@ -98,6 +98,9 @@ class Gateway:
             connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=30),
             auto_decompress=False,  # relayed as they came
         )
+        # One client per local engine's Unix socket (a connector speaks to one socket), with
+        # the copy that listens on it.
+        self.socket_clients: dict[str, tuple[int, aiohttp.ClientSession]] = {}
         self.directory = Directory()
         self.picker = PICKER
         self.figures = FIGURES
@@ -126,6 +129,26 @@ class Gateway:
         data = [model_card(name, table, caller) for name in table.on_offer(caller)]
         return json_reply(200, json_bytes({"object": "list", "data": data}))
 
+    def client_for(self, upstream: Upstream) -> aiohttp.ClientSession:
+        if not upstream.socket:
+            return self.client
+        if upstream.socket not in self.socket_clients:
+            client = aiohttp.ClientSession(
+                connector=aiohttp.UnixConnector(upstream.socket, limit=0, keepalive_timeout=30),
+                auto_decompress=False,
+            )
+            self.socket_clients[upstream.socket] = (upstream.copy_id, client)
+        return self.socket_clients[upstream.socket][1]
+
+    async def close_unused_clients(self, table: Table) -> None:
+        """The clients of sockets that no ready copy listens on any more, once the requests
+        still running there (a copy stopping finishes them) are done."""
+        in_use = {u.socket for route in table.routes.values() for u in route.upstreams}
+        for path, (copy_id, client) in list(self.socket_clients.items()):
+            if path not in in_use and not self.picker.in_flight.get(copy_id):
+                del self.socket_clients[path]
+                await client.close()
+
     async def table(self) -> Table:
         try:
             return await self.directory.current()
@@ -140,7 +163,7 @@ class Gateway:
         while True:
             await asyncio.sleep(conf.refresh_s())
             with contextlib.suppress(Exception):
-                await self.directory.refresh()
+                await self.close_unused_clients(await self.directory.refresh())
 
     async def flush_every_minute(self) -> None:
         while True:

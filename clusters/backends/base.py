@@ -114,6 +114,9 @@ class CopyHandle:
     pid: int | None = None
     port: int | None = None
     pod_name: str = ""
+    # A local engine listening on a Unix socket (only the console's user and the engine's own
+    # may enter its folder): where it is; the port is then not listened on.
+    socket: str = ""
     # The copy's engine key, for what the engine guards with it (llama.cpp's /metrics).
     api_key: str = field(default="", repr=False, compare=False)
     # Given, a stop touches only what carries this install's id (a sweep of strays must never

@@ -6,8 +6,10 @@ the state folder, owned by that user and closed to others: its HOME, TMPDIR and 
 (VLLM_CACHE_ROOT, HF_HOME, XDG_CACHE_HOME) live there. So an engine cannot read the console's
 keys (var/keys.json, 0600), its environment (/proc/<pid>/environ of another user), another
 team's engines, their folders or the copies' records and logs (0700, the console's), and it
-reads the model files without being able to change them (they are the console's). Engines of
-one team share a user: they trust each other.
+reads the model files without being able to change them (they are the console's). Each engine
+listens on a Unix socket in its own temporary folder (socket_path), which no other engine user
+may enter: only the console and the gateway (as root) connect to it. Engines of one team share
+a user: they trust each other.
 
 The engine's program and model files must be reachable by that user: every folder above a path
 on its command line gets the search (x) permission for others, as the PostgreSQL data folder's
@@ -42,11 +44,14 @@ ISOLATED = (
     "Engines on this machine run as one unprivileged user per team, each copy in a folder of "
     "its own: they cannot read the console's keys, its environment or another team's engines."
 )
-# Neither a Unix socket nor an owner-matching firewall rule fences the engine ports yet.
-PORTS_OPEN = (
-    "Engine ports on this machine are reachable by any local process (on 127.0.0.1 only): "
-    "vLLM refuses /v1 requests without the copy's own key, but its other routes (/tokenize, "
-    "/pause …) answer anyone on this machine."
+SOCKETS_FENCED = (
+    "Engines on this machine listen on Unix sockets, not ports: only the console, the gateway "
+    "and the engine's own user can connect to one."
+)
+SOCKETS_OPEN = (
+    "Engines on this machine listen on Unix sockets that every engine can connect to, as they "
+    "all run as the console's user: vLLM refuses /v1 requests without the copy's own key, but "
+    "its other routes (/tokenize, /pause …) answer any of them."
 )
 
 
@@ -122,11 +127,13 @@ def make_reachable(argv: Sequence[str], model_files: str) -> None:
         readable_by_others(Path(model_files).resolve())
 
 
-def private_folder(folder: Path, user: EngineUser) -> Path:
-    """An empty folder only `user` may enter (what an earlier launch left is gone)."""
+def private_folder(folder: Path, user: EngineUser | None) -> Path:
+    """An empty folder only `user` (None: this process's own user) may enter; what an earlier
+    launch left is gone."""
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(mode=0o700)
-    os.chown(folder, user.uid, user.gid)
+    if user is not None:
+        os.chown(folder, user.uid, user.gid)
     return folder
 
 
@@ -144,12 +151,26 @@ def working_folder(state_dir: Path, copy_id: int, user: EngineUser) -> Path:
     return home
 
 
-def temporary_folder(state_dir: Path, copy_id: int, user: EngineUser) -> Path:
-    """The engine's TMPDIR, under the system's /tmp: vLLM puts its ZeroMQ sockets there, whose
-    paths may not be longer than 107 bytes, which a state folder deep in a tree can exceed."""
+def temporary_path(state_dir: Path, copy_id: int) -> Path:
+    """The copy's temporary folder, under the system's /tmp: vLLM puts its ZeroMQ sockets
+    there, and the engine its own socket, whose paths may not be longer than 107 bytes, which
+    a state folder deep in a tree can exceed."""
     place = hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:8]
-    parent = shared_parent(Path(tempfile.gettempdir()) / "berth-engines")
-    return private_folder(parent / f"{place}-{copy_id}", user)
+    return Path(tempfile.gettempdir()) / "berth-engines" / f"{place}-{copy_id}"
+
+
+def temporary_folder(state_dir: Path, copy_id: int, user: EngineUser | None) -> Path:
+    """The copy's temporary folder, made afresh for one launch: the engine user's only (None:
+    the console's own user's, where engines run as it)."""
+    folder = temporary_path(state_dir, copy_id)
+    shared_parent(folder.parent)
+    return private_folder(folder, user)
+
+
+def socket_path(state_dir: Path, copy_id: int) -> Path:
+    """Where a local engine listens: a Unix socket in its temporary folder, which only its own
+    user (and the console, as root) may enter: no other team's engine can connect to it."""
+    return temporary_path(state_dir, copy_id) / "engine.sock"
 
 
 def environment(home: Path, tmp: Path, user: EngineUser) -> dict[str, str]:
@@ -168,4 +189,6 @@ def environment(home: Path, tmp: Path, user: EngineUser) -> dict[str, str]:
 
 def status_words() -> list[str]:
     """What the cluster page says of local engines' isolation."""
-    return [ISOLATED if can_switch_users() else NOT_ISOLATED, PORTS_OPEN]
+    if can_switch_users():
+        return [ISOLATED, SOCKETS_FENCED]
+    return [NOT_ISOLATED, SOCKETS_OPEN]

@@ -12,8 +12,10 @@ standalone backend runs with nothing but nvidia-ml-py installed.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
+import socket
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
@@ -96,6 +98,29 @@ def engine_port(argv: Sequence[str], spec_port: int) -> int:
     if not 0 < port < 65536:
         raise BackendError(f"--port {port} is not a port an engine can listen on")
     return port
+
+
+def without_flag(argv: Sequence[str], flag: str) -> list[str]:
+    """argv with every `--flag VALUE` and `--flag=VALUE` taken out."""
+    kept: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == flag:
+            skip = True
+        elif not arg.startswith(flag + "="):
+            kept.append(arg)
+    return kept
+
+
+def on_socket(argv: Sequence[str], path: Path) -> list[str]:
+    """The engine's command line listening on a Unix socket instead of a port: llama-server
+    takes a socket path as its --host, vLLM (and its simulator) take --uds."""
+    kept = without_flag(without_flag(argv, "--host"), "--port")
+    if argv and Path(argv[0]).name == "llama-server":
+        return [*kept, "--host", str(path)]
+    return [*kept, "--uds", str(path)]
 
 
 def check_engine_argv(argv: Sequence[str]) -> None:
@@ -195,14 +220,53 @@ def http_get(url: str, timeout_s: float, api_key: str = "") -> tuple[int, bytes]
         return int(error.code), b""
 
 
-def probe_health(port: int, timeout_s: float) -> tuple[str, str]:
-    """("ready" | "starting" | "unhealthy", why). vLLM binds its port only once the engine is
-    up, so a refused connection while the process lives means it is still starting; a 503 means
-    its engine core died (reference/vllm.md §3.5)."""
+class UnixHTTPConnection(http.client.HTTPConnection):
+    """HTTP to an engine listening on a Unix socket."""
+
+    def __init__(self, path: str, timeout_s: float) -> None:
+        super().__init__("localhost", timeout=timeout_s)
+        self.socket_path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self.socket_path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+def unix_get(path: str, target: str, timeout_s: float, api_key: str = "") -> tuple[int, bytes]:
+    """Status and body of a GET over a Unix socket; raises OSError when nothing answers."""
+    connection = UnixHTTPConnection(path, timeout_s)
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        status, _ = http_get(f"http://{ENGINE_HOST}:{port}/health", timeout_s)
+        connection.request("GET", target, headers=headers)
+        response = connection.getresponse()
+        return int(response.status), response.read()
+    except http.client.HTTPException as error:
+        raise ConnectionError(f"the engine's answer was not HTTP: {error}") from error
+    finally:
+        connection.close()
+
+
+def engine_get(handle: CopyHandle, target: str, timeout_s: float) -> tuple[int, bytes]:
+    """A GET to a local engine, on its socket or at its port (with its key, where it has one)."""
+    if handle.socket:
+        return unix_get(handle.socket, target, timeout_s, handle.api_key)
+    return http_get(f"http://{ENGINE_HOST}:{handle.port}{target}", timeout_s, handle.api_key)
+
+
+def probe_health(handle: CopyHandle, timeout_s: float) -> tuple[str, str]:
+    """("ready" | "starting" | "unhealthy", why). vLLM listens only once the engine is up, so
+    a refused connection while the process lives means it is still starting; a 503 means its
+    engine core died (reference/vllm.md §3.5)."""
+    try:
+        status, _ = engine_get(replace(handle, api_key=""), "/health", timeout_s)
     except (OSError, ValueError):
-        return "starting", "the engine is starting (its port does not answer yet)"
+        return "starting", "the engine is starting (it does not answer yet)"
     if status == 200:
         return "ready", "the engine answers /health"
     return "unhealthy", f"the engine answers /health with {status}"
@@ -240,11 +304,15 @@ class LocalProcessBackend:
         *,
         stop_timeout_s: float = 10.0,
         http_timeout_s: float = 1.0,
+        engine_sockets: bool = False,
     ) -> None:
         self.state_dir = Path(state_dir)
         self.machine_name = machine_name
         self.stop_timeout_s = stop_timeout_s
         self.http_timeout_s = http_timeout_s
+        # Engines listen on Unix sockets (the console's clusters), or on 127.0.0.1 ports (tests
+        # that talk to an engine directly).
+        self.engine_sockets = engine_sockets
         self._cursors: dict[int, LogCursor] = {}
 
     # -------------------------------------------------------- where a copy's files are
@@ -296,29 +364,35 @@ class LocalProcessBackend:
         before ids were kept, is never listed)."""
         return [
             RunningEngine(
-                CopyHandle(
-                    record["copy_id"],
-                    machine=record.get("machine", ""),
-                    pid=record["pid"],
-                    port=record.get("port"),
-                ),
+                self.handle_of(record),
                 datetime.fromisoformat(record["started_at"]),
                 record.get("deployment_name", ""),
-            )  # fmt: skip
+            )
             for record in self.live_records()
             if install_id and record.get("install_id") == install_id
         ]
 
     # -------------------------------------------------------- launch
 
+    def handle_of(self, record: Mapping[str, Any]) -> CopyHandle:
+        return CopyHandle(
+            record["copy_id"], machine=record.get("machine", ""), pid=record.get("pid"),
+            port=record.get("port"), socket=record.get("socket", ""),
+        )  # fmt: skip
+
     def running_handle(self, spec: CopySpec) -> CopyHandle | None:
         """The copy's engine if it already runs: a repeated launch returns it (idempotent)."""
         record = self.read_record(spec.copy_id)
-        handle = CopyHandle(
-            spec.copy_id, machine=record.get("machine", ""), pid=record.get("pid"),
-            port=record.get("port"),
-        )  # fmt: skip
-        return handle if record and self.is_running(handle) else None
+        if not record:
+            return None
+        handle = self.handle_of(record)
+        return handle if self.is_running(handle) else None
+
+    def listening_argv(self, spec: CopySpec) -> list[str]:
+        """The copy's command line, on its socket where engines listen on sockets."""
+        if not self.engine_sockets:
+            return list(spec.argv)
+        return on_socket(spec.argv, isolation.socket_path(self.state_dir, spec.copy_id))
 
     def start_engine(
         self,
@@ -332,19 +406,20 @@ class LocalProcessBackend:
         """Start the engine under the supervisor and write the copy's record. Where users can
         be switched, the engine runs as its team's engine user in a working folder of its own
         (isolation.py); the copy's record, log and exit file stay the console's (0700)."""
-        port = engine_port(argv, spec.port)
+        port = engine_port(spec.argv, spec.port)  # as asked, before a socket replaced it
         folder = self.copy_dir(spec.copy_id)
         folder.mkdir(parents=True, exist_ok=True)
         folder.chmod(0o700)
         self.log_path(spec.copy_id).write_bytes(b"")  # each launch has its own log
         self._cursors.pop(spec.copy_id, None)
         user = isolation.engine_user(spec.token_owner)
+        tmp = isolation.temporary_folder(self.state_dir, spec.copy_id, user)  # the socket's too
         if user is not None:
             home = isolation.working_folder(self.state_dir, spec.copy_id, user)
-            tmp = isolation.temporary_folder(self.state_dir, spec.copy_id, user)
             env = {**env, **isolation.environment(home, tmp, user)}
             isolation.make_reachable(argv, spec.model_files)
             cwd = home
+        listens_on = str(isolation.socket_path(self.state_dir, spec.copy_id))
         started_at = datetime.now().astimezone()
         try:
             pid = supervisor.start(
@@ -366,12 +441,13 @@ class LocalProcessBackend:
             "started_at": started_at.isoformat(),
             "argv": redact_argv(argv),
             "engine_user": user.name if user else "",
+            "socket": listens_on if listens_on in argv else "",
             "install_id": spec.install_id,
             "deployment_name": spec.deployment_name,
             **(extra or {}),
         }
         self._write_record(spec.copy_id, record)
-        return CopyHandle(spec.copy_id, machine=machine, pid=pid, port=port)
+        return self.handle_of(record)
 
     # -------------------------------------------------------- observe
 
@@ -407,9 +483,9 @@ class LocalProcessBackend:
         )
 
     def _observe_running(self, handle: CopyHandle, seen: Observation) -> Observation:
-        if not handle.port:
-            return replace(seen, status="starting", message="no port to ask")
-        health, message = probe_health(handle.port, self.http_timeout_s)
+        if not handle.port and not handle.socket:
+            return replace(seen, status="starting", message="no address to ask")
+        health, message = probe_health(handle, self.http_timeout_s)
         if health == "ready":
             return replace(seen, status="ready", message=message)
         # Not serving and not dead yet: "starting"; an engine that answers 503 says so.
@@ -459,11 +535,10 @@ class LocalProcessBackend:
 
     def metrics(self, handle: CopyHandle) -> list[MetricSample]:
         """The engine's /metrics, parsed; nothing when it does not answer."""
-        if not handle.port:
+        if not handle.port and not handle.socket:
             return []
         try:
-            url = f"http://{ENGINE_HOST}:{handle.port}/metrics"
-            status, body = http_get(url, 2.0, handle.api_key)
+            status, body = engine_get(handle, "/metrics", 2.0)
         except (OSError, ValueError):
             return []
         if status != 200:

@@ -203,9 +203,14 @@ class SimulatorBackend(LocalProcessBackend):
         python: str = sys.executable,
         stop_timeout_s: float = 10.0,
         http_timeout_s: float = 1.0,
+        engine_sockets: bool = False,
     ) -> None:
         super().__init__(
-            state_dir, "simulator", stop_timeout_s=stop_timeout_s, http_timeout_s=http_timeout_s
+            state_dir,
+            "simulator",
+            stop_timeout_s=stop_timeout_s,
+            http_timeout_s=http_timeout_s,
+            engine_sockets=engine_sockets,
         )
         self.inventory = inventory
         self.model_facts_for = model_facts_for
@@ -258,7 +263,7 @@ class SimulatorBackend(LocalProcessBackend):
         if running is not None:
             return running
         check_engine_argv(spec.argv)
-        argv = engine_argv(spec.argv, self.python)
+        argv = engine_argv(self.listening_argv(spec), self.python)
         placed = self._placed(spec)
         free = self._free_bytes(placed)
         check_room(spec, lambda index: free.get(index))

@@ -117,12 +117,14 @@ class StandaloneBackend(LocalProcessBackend):
         programs: EnginePrograms | None = None,
         cpu_reserve_bytes: int = DEFAULT_CPU_RESERVE_BYTES,
         device_nodes: str = NVIDIA_DEVICE_NODES,
+        engine_sockets: bool = False,
     ) -> None:
         super().__init__(
             state_dir,
             machine_name or socket.gethostname(),
             stop_timeout_s=stop_timeout_s,
             http_timeout_s=http_timeout_s,
+            engine_sockets=engine_sockets,
         )
         self.nvml_module = nvml_module
         self.programs = programs or EnginePrograms()
@@ -191,7 +193,8 @@ class StandaloneBackend(LocalProcessBackend):
         if running is not None:
             return running
         check_engine_argv(spec.argv)
-        argv = with_binary(spec.argv, self.programs)  # not installed: fails now, in words
+        # Not installed: fails now, in words.
+        argv = with_binary(self.listening_argv(spec), self.programs)
         if spec.on_cpu:
             env = engine_environment(spec.env, None, secrets=spec.secret_env)
             return self.start_engine(spec, argv, env, extra={"gpu_uuids": [CPU_UUID]})

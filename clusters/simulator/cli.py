@@ -88,6 +88,7 @@ def add_serve_flags(serve: argparse.ArgumentParser) -> None:
     add("--model", default=None)
     add("--host", default=None)
     add("--port", type=int, default=8000)
+    add("--uds", default=None)  # a Unix socket to listen on; --host and --port are then ignored
     add("--api-key", action="append", default=None)
     add("--served-model-name", nargs="+", default=None)
     add("--max-model-len", type=human_readable_int, default=None)

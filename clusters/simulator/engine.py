@@ -9,7 +9,8 @@ From Python: ``serve_argv(model, *flags)`` builds that argv and ``build_env(**se
 environment (both in clusters.simulator.contract, re-exported here).
 
 Modelled flags: ``--host`` (default all interfaces), ``--port`` (8000; 0 picks a free one, and
-the ``Starting vLLM API server`` line says which), ``--api-key`` (repeatable; VLLM_API_KEY too),
+the ``Starting vLLM API server`` line says which), ``--uds`` (a Unix socket instead of both),
+``--api-key`` (repeatable; VLLM_API_KEY too),
 ``--served-model-name`` (several), ``--max-model-len`` (``4096``, ``4k``, ``4K``, ``auto``),
 ``--gpu-memory-utilization`` (0.9), ``--kv-cache-dtype``, ``--kv-cache-memory-bytes``,
 ``--block-size``, ``--max-num-seqs``, ``--max-num-batched-tokens``,
@@ -190,6 +191,8 @@ class Engine:
     def _reserve_port(self) -> socket.socket:
         """Bind now, listen only when ready: until then a client gets 'connection refused',
         which is how a launcher tells 'still starting' from 'serving' (reference §3.5)."""
+        if self.ns.uds:
+            return self._reserve_socket(self.ns.uds)
         host = self.ns.host or "0.0.0.0"
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
@@ -201,6 +204,19 @@ class Engine:
             raise BindFailure(
                 f"[Errno {error.errno}] error while attempting to bind on address "
                 f"({host!r}, {self.ns.port}): {(error.strerror or str(error)).lower()}"
+            ) from error
+        return sock
+
+    def _reserve_socket(self, path: str) -> socket.socket:
+        """--uds: bound as vLLM binds it (no stale file removed first)."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(path)
+        except OSError as error:
+            sock.close()
+            raise BindFailure(
+                f"[Errno {error.errno}] error while attempting to bind on address {path!r}: "
+                f"{(error.strerror or str(error)).lower()}"
             ) from error
         return sock
 
@@ -433,8 +449,12 @@ class Engine:
         )
         await runner.setup()
         await web.SockSite(runner, sock, backlog=2048).start()
-        host, port = sock.getsockname()[:2]
-        self.log.api("api_server.py:1880", f"Starting vLLM API server 0 on http://{host}:{port}")
+        if sock.family == socket.AF_UNIX:
+            where = f"unix:{sock.getsockname()}"
+        else:
+            host, port = sock.getsockname()[:2]
+            where = f"http://{host}:{port}"
+        self.log.api("api_server.py:1880", f"Starting vLLM API server 0 on {where}")
         self.log.api("launcher.py:36", "Available routes are:")
         for method, path, _ in ROUTES:
             self.log.api("launcher.py:44", f"Route: {path}, Methods: {method}")

@@ -311,8 +311,13 @@ def load(server: Server) -> None:
 async def serve(server: Server) -> int:
     runner = web.AppRunner(make_app(server), access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, server.options.host, int(server.options.port)).start()
-    where = f"http://{server.options.host}:{server.options.port}"
+    host = server.options.host
+    if host.endswith(".sock"):  # llama-server's Unix socket: a --host that names one
+        await web.UnixSite(runner, host).start()
+        where = f"unix://{host}"
+    else:
+        await web.TCPSite(runner, host, int(server.options.port)).start()
+        where = f"http://{host}:{server.options.port}"
     server.log("I", "srv  llama_server:", f"listening on {where}")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -1,8 +1,8 @@
 """The tiny model hosted for real on this CPU-only machine: vLLM's CPU build for its safetensors,
 llama.cpp's server for its GGUF. Hosted through the REST API on the standalone cluster `local`
 with the real worker, beat, watcher and gateway; a chat answers through the gateway; the logs
-page (Chromium) shows the engine's own start-up lines; a stop leaves no process, no port held
-and no room reserved.
+page (Chromium) shows the engine's own start-up lines; the engine listens on its own Unix
+socket, never on a port; a stop leaves no process, no socket answering and no room reserved.
 
 The engines come from `make engines` (which `make test` runs first); without them these tests
 fail, naming what is missing, rather than skip.
@@ -10,6 +10,7 @@ fail, naming what is missing, rather than skip.
 
 from __future__ import annotations
 
+import socket
 from dataclasses import dataclass
 
 import httpx
@@ -50,10 +51,13 @@ VLLM = Engine(
     "safetensors",
     "vllm",
     {"max_model_len": 512, "enforce_eager": True},
-    "Starting vLLM server on http://127.0.0.1:",
+    "Starting vLLM server on unix:/tmp/berth-engines/",
 )
 LLAMA_CPP = Engine(
-    "gguf", "llama-server", {"max_model_len": 512}, "llama_server: listening on http://127.0.0.1:"
+    "gguf",
+    "llama-server",
+    {"max_model_len": 512},
+    "llama_server: listening on unix:///tmp/berth-engines/",
 )
 
 
@@ -96,10 +100,19 @@ def streamed(gateway_url: str, key: str, name: str) -> list[openai.types.chat.Ch
     return list(stream)
 
 
-def refused_without_the_key(port: int) -> int:
+def refused_without_the_key(socket_path: str) -> int:
     body = {"model": "x", "messages": HELLO, "max_tokens": 1}
-    url = f"http://127.0.0.1:{port}/v1/chat/completions"
-    return httpx.post(url, json=body, timeout=30).status_code
+    with httpx.Client(transport=httpx.HTTPTransport(uds=socket_path), timeout=30) as engine:
+        return engine.post("http://localhost/v1/chat/completions", json=body).status_code
+
+
+def answers_on(socket_path: str) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        try:
+            sock.connect(socket_path)
+        except OSError:
+            return False
+    return True
 
 
 def engine_processes(pid: int) -> list[int]:
@@ -122,8 +135,10 @@ def test_the_tiny_model_is_hosted_by_a_real_engine_answers_through_the_gateway_a
     copy = Copy.objects.get(deployment_id=pk)
     assert engine_processes(copy.process_id)
 
-    # The engine's own key guards it: without it, the engine itself refuses the request.
-    assert refused_without_the_key(copy.port) == 401
+    # It listens on its own Unix socket, not on a port any local process could reach; and its
+    # own key guards it there: without it, the engine itself refuses the request.
+    assert copy.socket_path.endswith("/engine.sock") and port_is_free(copy.port)
+    assert refused_without_the_key(copy.socket_path) == 401
     reply = chat(gateway, key, name)
     assert reply.usage.completion_tokens >= 1
     assert reply.choices[0].finish_reason in ("length", "stop")
@@ -156,5 +171,5 @@ def test_the_tiny_model_is_hosted_by_a_real_engine_answers_through_the_gateway_a
     assert stopped.status_code == 202, stopped.text
     wait_for(lambda: state_of(pk) == D.STOPPED, 60, 0.5, f"{name} STOPPED")
     assert engine_processes(copy.process_id) == []
-    assert port_is_free(copy.port)
+    assert not answers_on(copy.socket_path)
     assert not Reservation.objects.filter(copy__deployment_id=pk).exists()

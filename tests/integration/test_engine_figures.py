@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
-import urllib.request
-
+import httpx
 import pytest
 from django.core.management import call_command
 
@@ -17,23 +15,19 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def chat(copy: Copy) -> None:
-    body = json.dumps(
-        {
-            "model": copy.deployment.name,
-            "max_tokens": 8,
-            "messages": [{"role": "user", "content": "hello"}],
-        }
-    ).encode()
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{copy.port}/v1/chat/completions",
-        body,
-        headers={
-            "Authorization": f"Bearer {copy.engine_api_key()}",
-            "Content-Type": "application/json",
-        },
-    )
-    with urllib.request.urlopen(request, timeout=30) as response:
-        assert response.status == 200
+    """Straight to the copy's engine, on its Unix socket (as the gateway reaches it)."""
+    body = {
+        "model": copy.deployment.name,
+        "max_tokens": 8,
+        "messages": [{"role": "user", "content": "hello"}],
+    }
+    with httpx.Client(transport=httpx.HTTPTransport(uds=copy.socket_path), timeout=30) as engine:
+        answer = engine.post(
+            "http://localhost/v1/chat/completions",
+            json=body,
+            headers={"Authorization": f"Bearer {copy.engine_api_key()}"},
+        )
+    assert answer.status_code == 200, answer.text
 
 
 def test_scraped_figures_grow_with_traffic_and_show_on_the_page(tmp_path, bob, red, as_bob):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 import time
 from pathlib import Path
@@ -66,7 +67,9 @@ class Probes(StandaloneBackend):
 
 @pytest.fixture
 def backend(tmp_path):
-    made = Probes(tmp_path / "state", "this-machine", programs=engine_programs())
+    made = Probes(
+        tmp_path / "state", "this-machine", programs=engine_programs(), engine_sockets=True
+    )
     made.launched = []
     yield made
     for handle in made.launched:
@@ -96,6 +99,7 @@ def test_an_engine_reaches_nothing_of_the_console_and_nothing_of_another_team(ba
         read={"red_environ": f"/proc/{red.pid}/environ", "red_log": str(backend.log_path(1))},
         write={"red_home": str(red_home)},
         list={"red_record": str(backend.copy_dir(1))},
+        connect={"red_socket": seen_red["socket"]},
     )
     seen_blue = report(backend, backend.launch(probe_spec(2, "blue", blue_targets)))
 
@@ -106,13 +110,19 @@ def test_an_engine_reaches_nothing_of_the_console_and_nothing_of_another_team(ba
         assert seen["redis"].startswith("refused: -NOAUTH")
         assert seen["models"] == "denied"
         assert seen["own_home"] == "written"  # its own folder is its own
+        assert seen["own_socket"] == "connected"  # it listens on a socket only it can reach
     assert seen_red["uid"] != seen_blue["uid"]
-    assert {k: seen_blue[k] for k in ("red_environ", "red_log", "red_home", "red_record")} == {
+    names = ("red_environ", "red_log", "red_home", "red_record", "red_socket")
+    assert {k: seen_blue[k] for k in names} == {
         "red_environ": "denied",
         "red_log": "denied",
         "red_home": "denied",
         "red_record": "denied",
+        "red_socket": "denied",  # another team's engine cannot connect to red's
     }
+    assert red.socket == seen_red["socket"]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as console_side:
+        console_side.connect(red.socket)  # the console (and the gateway) reach it there
     assert Path(seen_blue["home"]).parent == red_home.parent != red_home
 
 
@@ -129,6 +139,6 @@ def test_the_cluster_page_says_how_far_local_engines_are_fenced_in(as_bob, bob):
     local = Cluster.objects.create(name="here", kind=ClusterKind.STANDALONE)
     page = as_bob.get(f"/clusters/{local.pk}/").content.decode()
     assert "one unprivileged user per team" in page  # Berth runs as root here
-    assert "Engine ports on this machine are reachable by any local process" in page
+    assert "Engines on this machine listen on Unix sockets, not ports" in page
     remote = Cluster.objects.create(name="far", kind=ClusterKind.KUBERNETES, namespace="berth")
     assert "unprivileged user" not in as_bob.get(f"/clusters/{remote.pk}/").content.decode()

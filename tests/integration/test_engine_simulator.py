@@ -594,3 +594,15 @@ def test_the_simulator_imports_neither_django_nor_placement() -> None:
         cwd=REPO, capture_output=True, text=True, timeout=30, check=True,
     )  # fmt: skip
     assert json.loads(result.stdout) == []
+
+
+def test_uds_listens_on_a_unix_socket_and_not_on_the_port(launch, tmp_path):
+    """As vLLM's --uds: the socket is listened on, and --host and --port are ignored."""
+    path = tmp_path / "engine.sock"
+    sim = run(launch, "Qwen/Qwen3-0.6B", "--max-model-len", "512", "--uds", str(path))
+    sim.wait_for(f"Starting vLLM API server 0 on unix:{path}")
+    sim.wait_for("Application startup complete.")
+    with httpx.Client(transport=httpx.HTTPTransport(uds=str(path)), timeout=10) as engine:
+        assert engine.get("http://localhost/health").status_code == 200
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{sim.base}/health", timeout=2)

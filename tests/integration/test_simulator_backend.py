@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
 import pytest
 
+from catalog.tiny_model import GGUF_FILE, write_tiny_model
 from clusters.backends import supervisor
 from clusters.backends.base import BackendError, CopyHandle, CopySpec, ModelFiles
 from clusters.backends.simulator import SimulatorBackend, WaitForRoom, engine_argv
@@ -307,3 +309,39 @@ def test_the_vllm_command_line_becomes_the_simulators() -> None:
         "--port",
         "1",
     ]
+
+
+@pytest.mark.parametrize("engine", ["vllm", "llama-server"])
+def test_with_engine_sockets_a_copy_listens_on_its_own_socket_only(tmp_path: Path, engine: str):
+    """As the console's clusters run them: vLLM's --uds, llama-server's --host PATH.sock; the
+    port of the command line is not listened on, and the backend reaches the engine anyway."""
+    simulator = SimulatorBackend(
+        {"machines": DEMO_MACHINES}, tmp_path / "state", engine_sockets=True, stop_timeout_s=5
+    )
+    port = supervisor.free_port()
+    if engine == "vllm":
+        argv = vllm_argv("Qwen/Qwen3-0.6B", port, "--max-model-len", "4096")
+    else:
+        gguf = tmp_path / "tiny.gguf"
+        write_tiny_model(tmp_path / "tiny")
+        (tmp_path / "tiny" / GGUF_FILE).rename(gguf)
+        argv = ("llama-server", "-m", str(gguf), "--alias", "qwen", "--host", "127.0.0.1",
+                "--port", str(port), "-c", "512", "--metrics", "--api-key", API_KEY)  # fmt: skip
+    handle = simulator.launch(copy_spec(11, "h100-1", argv=argv, port=port))
+    try:
+        assert handle.socket.endswith("/engine.sock") and str(handle.socket) in " ".join(
+            simulator.read_record(11)["argv"]
+        )
+        wait_until(lambda: statuses(simulator, handle) == "ready", what="the copy to serve")
+        with httpx.Client(transport=httpx.HTTPTransport(uds=handle.socket)) as over_socket:
+            models = over_socket.get(
+                "http://localhost/v1/models", headers={"Authorization": f"Bearer {API_KEY}"}
+            )
+        assert models.status_code == 200
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)
+        keyed = replace(handle, api_key=API_KEY)  # llama.cpp guards /metrics with the key
+        assert simulator.metrics(keyed)
+    finally:
+        simulator.stop(handle)
+    assert statuses(simulator, handle) == "exited"

@@ -4,7 +4,9 @@ Started by Berth's standalone backend like any engine; prints one line, `PROBE {
 each attempt's outcome ("denied" or what it got), then stays up until it is stopped, so that
 another probe can try to reach it.
 
-    probe_engine.py --host 127.0.0.1 --port N --targets JSON
+    probe_engine.py (--uds PATH | --host 127.0.0.1 --port N) --targets JSON
+
+Given --uds (as Berth's backends give it), it listens there as an engine would.
 """
 
 from __future__ import annotations
@@ -56,6 +58,24 @@ def postgres(port: int) -> str:
         return f"answered {kind!r}"
 
 
+def connect(path: str) -> str:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        try:
+            sock.connect(path)
+        except PermissionError:
+            return "denied"
+        except OSError as error:
+            return f"failed: {error.strerror}"
+    return "connected"
+
+
+def listen(path: str) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(path)
+    sock.listen()
+    return sock
+
+
 def redis(port: int) -> str:
     with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
         sock.sendall(b"PING\r\n")
@@ -65,7 +85,10 @@ def redis(port: int) -> str:
 
 def main() -> None:
     targets = json.loads(sys.argv[sys.argv.index("--targets") + 1])
-    found = {"uid": os.getuid(), "home": os.environ.get("HOME", "")}
+    own = sys.argv[sys.argv.index("--uds") + 1] if "--uds" in sys.argv else ""
+    listening = listen(own) if own else None  # noqa: F841 - kept open while the probe lives
+    found = {"uid": os.getuid(), "home": os.environ.get("HOME", ""), "socket": own}
+    found["own_socket"] = connect(own) if own else "none"
     found["keys"] = read(targets["keys"])
     found["postgres"] = postgres(targets["postgres_port"])
     found["redis"] = redis(targets["redis_port"])
@@ -77,6 +100,8 @@ def main() -> None:
         found[name] = write(path)
     for name, path in targets.get("list", {}).items():
         found[name] = listing(path)
+    for name, path in targets.get("connect", {}).items():
+        found[name] = connect(path)
     print("PROBE " + json.dumps(found), flush=True)
     while True:
         time.sleep(1)
