@@ -80,6 +80,15 @@ def require_operator_somewhere(user: Any) -> None:
         raise PermissionDenied("Only operators may do this.")
 
 
+def still_may_view(user_id: int, group: str) -> Any:
+    """The user as the database has it now (after a change of its roles), if it may still
+    view the group; else None."""
+    from django.contrib.auth import get_user_model
+
+    user = get_user_model().objects.filter(pk=user_id).first()
+    return user if user is not None and can_view_group(user, group) else None
+
+
 def can_view_group(user: Any, group: str) -> bool:
     """Whether a WebSocket may join a live group (same rules as the pages)."""
     if not (user.is_authenticated and user.is_active):

@@ -27,6 +27,8 @@ from ninja.security import HttpBearer, SessionAuth
 
 from catalog.api import router as catalog_router
 from clusters.api import router as clusters_router
+from console import keys
+from console.keys_api import router as keys_router
 from deployments.actions import ActionRefused
 from deployments.api import InvalidForModel, placement_router
 from deployments.api import router as deployments_router
@@ -127,10 +129,16 @@ api.add_router("", deployments_router)
 api.add_router("", placement_router)
 api.add_router("", catalog_router)
 api.add_router("", clusters_router)
+api.add_router("", keys_router)
 
 
 def respond(request: HttpRequest, status: int, body: dict[str, str]) -> HttpResponse:
     return api.create_response(request, body, status=status)
+
+
+@api.exception_handler(keys.KeyRefused)
+def key_refused(request: HttpRequest, error: keys.KeyRefused) -> HttpResponse:
+    return respond(request, 400, error_body(error.message, error.field))
 
 
 @api.exception_handler(ActionRefused)

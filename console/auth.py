@@ -9,6 +9,7 @@ from django.contrib.auth.middleware import LoginRequiredMiddleware
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 
+from console import keys
 from console.models import ApiKey
 
 API_PREFIXES = ("/api/", "/v1/")
@@ -42,9 +43,10 @@ class ApiKeyMiddleware:
         if token is not None and is_api_path(request.path):
             key = ApiKey.find(token)
             if key is None or not key.user.is_active:
-                return api_error(
-                    401, "The API key is not valid or was revoked. Create one under API keys."
-                )
+                return api_error(401, keys.NOT_VALID)
+            refusal = keys.console_refusal(key, request.method or "GET", request.path)
+            if refusal:
+                return api_error(403, refusal)
             ApiKey.objects.filter(pk=key.pk).update(last_used_at=timezone.now())
             request.user = key.user
             request.api_key = key  # type: ignore[attr-defined]

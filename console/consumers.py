@@ -13,7 +13,8 @@ from typing import Any
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
-from console.access import can_view_group
+from console import live
+from console.access import can_view_group, still_may_view
 
 
 def csrf_token_from(scope: dict[str, Any]) -> str:
@@ -37,6 +38,8 @@ class LiveConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
             await self.close(code=4403)
             return
         self.group = group
+        # The user's own group first: a change of its access is heard before anything else.
+        await self.channel_layer.group_add(live.user_group(user.pk), self.channel_name)
         await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()
         await self.send_catch_up()
@@ -59,10 +62,17 @@ class LiveConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
     async def disconnect(self, code: int) -> None:
         if self.group:
             await self.channel_layer.group_discard(self.group, self.channel_name)
+            user_group = live.user_group(self.scope["user"].pk)
+            await self.channel_layer.group_discard(user_group, self.channel_name)
 
     async def live_changed(self, message: dict[str, Any]) -> None:
         from console import live_render
 
+        if message["kind"] in ("user", "logout"):
+            await self.check_access_again(message["kind"])
+            return
+        if not self.group:
+            return  # closed for its user's access: nothing more reaches it
         if self.group.endswith("-logs"):
             await self.send_new_lines()
             return
@@ -71,6 +81,18 @@ class LiveConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         )
         if html:
             await self.send(text_data=html)
+
+    async def check_access_again(self, why: str) -> None:
+        """The user logged out (every socket of the user closes: the browser that still has a
+        session reconnects), or its roles changed: close unless it may still see the group."""
+        if why == "user":
+            user = await database_sync_to_async(still_may_view)(self.scope["user"].pk, self.group)
+            if user is not None:
+                self.scope["user"] = user  # what it is sent from now on is for its new roles
+                return
+        await self.disconnect(4403)
+        self.group = ""
+        await self.close(code=4403 if why == "user" else 4401)
 
     async def send_new_lines(self) -> None:
         """Lines after the last one sent. Seqs are taken under the deployment's row lock and

@@ -52,3 +52,18 @@ def machine_files_changed(deployment_ids: list[int], machine_files_id: int) -> N
     """Model files on a machine moved (Sync, or a copy's files): the deployments' pages hear."""
     for deployment_id in deployment_ids:
         broadcast_on_commit(deployment_group(deployment_id), "files", machine_files_id)
+
+
+ACCESS_GROUP = "access"  # the gateway forgets what it cached of a user's keys
+
+
+def user_group(user_id: int) -> str:
+    """The user's open sockets, which check again what the user may see."""
+    return f"user-{user_id}"
+
+
+def access_changed(user_id: int, kind: str = "user") -> None:
+    """A user's keys or roles changed (a key revoked, a membership changed), or, with kind
+    "logout", the user logged out: the gateway and the user's sockets hear of it."""
+    broadcast_on_commit(ACCESS_GROUP, "user", user_id)
+    broadcast_on_commit(user_group(user_id), kind, user_id)

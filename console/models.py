@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from datetime import datetime
 
 from django.conf import settings
 from django.core.validators import RegexValidator
 from django.db import models
+from django.utils import timezone
 
 from console import crypto
 
@@ -86,9 +88,19 @@ def hash_secret(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
+class KeyScope(models.TextChoices):
+    """What a key may do (console/keys.py says what each allows)."""
+
+    READ = "read", "read: GET requests, fit check and estimate"
+    CHAT = "chat", "chat: the gateway only"
+    OPERATE = "operate", "operate: everything its owner's roles allow"
+
+
 class ApiKeyQuerySet(models.QuerySet["ApiKey"]):
     def active(self) -> ApiKeyQuerySet:
-        return self.filter(revoked_at__isnull=True)
+        """Neither revoked nor expired."""
+        unexpired = models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=timezone.now())
+        return self.filter(unexpired, revoked_at__isnull=True)
 
 
 class ApiKey(models.Model):
@@ -103,6 +115,9 @@ class ApiKey(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # Keys made before scopes existed may do what their owner may: operate.
+    scope = models.CharField(max_length=8, choices=KeyScope.choices, default=KeyScope.OPERATE)
+    expires_at = models.DateTimeField(null=True, blank=True)
 
     objects = ApiKeyQuerySet.as_manager()
 
@@ -113,14 +128,30 @@ class ApiKey(models.Model):
         return f"{self.name} ({self.prefix}…)"
 
     @classmethod
-    def issue(cls, user: object, name: str) -> tuple[ApiKey, str]:
-        """Create a key and return it with the full secret, which is never stored or shown again."""
+    def issue(
+        cls,
+        user: object,
+        name: str,
+        scope: str = KeyScope.OPERATE,
+        expires_at: datetime | None = None,
+    ) -> tuple[ApiKey, str]:
+        """Create a key and return it with the full secret, which is never stored or shown again.
+        Keys are issued through console/keys.py, which checks and audits them."""
         body = secrets.token_urlsafe(32)  # 256 bits
         full = f"{API_KEY_PREFIX}{body}"
         key = cls.objects.create(
-            user=user, name=name, prefix=body[:12], secret_hash=hash_secret(full)
+            user=user,
+            name=name,
+            prefix=body[:12],
+            secret_hash=hash_secret(full),
+            scope=scope,
+            expires_at=expires_at,
         )
         return key, full
+
+    @property
+    def expired(self) -> bool:
+        return self.expires_at is not None and self.expires_at <= timezone.now()
 
     @classmethod
     def find(cls, presented: str) -> ApiKey | None:

@@ -7,10 +7,10 @@ from django.contrib.auth.decorators import login_not_required
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.utils import timezone
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
-from console import audit
+from console import keys
 from console.forms import ApiKeyForm
 from console.models import ApiKey
 
@@ -31,22 +31,29 @@ def health(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"status": "ok"})
 
 
+@never_cache  # the page shows a new key's secret once: no cache may keep it
 def api_keys(request: HttpRequest) -> HttpResponse:
     form = ApiKeyForm(request.POST or None)
     new_secret = None
     if request.method == "POST" and form.is_valid():
-        key, new_secret = ApiKey.issue(request.user, form.cleaned_data["name"])
-        audit.record(request.user, audit.API_KEY_ISSUED, f"API key “{key.name}” of {key.user}")
+        data = form.cleaned_data
+        _, new_secret = keys.issue(
+            request.user, data["name"], data["scope"], data["expires_in_days"]
+        )
         form = ApiKeyForm()
-    keys = ApiKey.objects.filter(user=request.user)
-    context = {"form": form, "keys": keys, "new_secret": new_secret}
+    context = {
+        "form": form,
+        "keys": ApiKey.objects.filter(user=request.user),
+        "new_secret": new_secret,
+    }
     return render(request, "console/api_keys.html", context)
 
 
 @require_POST
 def revoke_api_key(request: HttpRequest, pk: int) -> HttpResponse:
-    key = get_object_or_404(ApiKey.objects.active(), pk=pk, user=request.user)
-    ApiKey.objects.filter(pk=key.pk).update(revoked_at=timezone.now())
-    audit.record(request.user, audit.API_KEY_REVOKED, f"API key “{key.name}” of {key.user}")
+    key = get_object_or_404(
+        ApiKey.objects.filter(revoked_at__isnull=True), pk=pk, user=request.user
+    )
+    keys.revoke(request.user, key)
     messages.success(request, f"API key “{key.name}” was revoked; requests using it now fail.")
     return redirect("api_keys")

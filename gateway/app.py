@@ -23,6 +23,7 @@ from console.access import is_platform_admin
 from gateway import errors, service
 from gateway.errors import GatewayError
 from gateway.keys import Caller, bearer, caller_of
+from gateway.metrics import access_changes
 from gateway.metrics import text as metrics_text
 from gateway.relay import JSON, RELAYED, Call, Reply, error_reply
 
@@ -49,6 +50,9 @@ async def application(scope: Scope, receive: Receive, send: Send) -> None:
     if scope["path"] == HEALTH:
         await send_reply(Reply(200, JSON, b'{"status": "ok"}'), send)
         return
+    if scope["path"] == METRICS:  # also here, with what this gateway process itself counts
+        await metrics(scope, receive, send, gateway_process=True)
+        return
     try:
         prepared = await prepare(scope, receive)
     except ClientGone:
@@ -68,6 +72,8 @@ async def prepare(scope: Scope, receive: Receive) -> Call | Reply:
         caller = await authenticate(scope)
         if path == MODELS:
             return await service.current().models(caller)
+        if not caller.may_chat:
+            raise errors.read_key_cannot_chat()
         return Call(path, parse_body(await read_body(receive)), caller)
     except GatewayError as error:
         return error_reply(error)
@@ -183,14 +189,19 @@ async def lifespan(receive: Receive, send: Send) -> None:
             return
 
 
-async def metrics(scope: Scope, receive: Receive, send: Send) -> None:
-    """Prometheus' /metrics: with an API key (its teams' deployments) or as a staff user."""
+async def metrics(
+    scope: Scope, receive: Receive, send: Send, gateway_process: bool = False
+) -> None:
+    """Prometheus' /metrics: with an API key (its teams' deployments) or as a staff user; the
+    console serves it, and the gateway's process too, adding its own key cache's figure."""
     try:
         caller = await metrics_reader(scope)
     except GatewayError as error:
         reply = error_reply(error)
     else:
         text = await service.run_blocking(lambda: metrics_text(caller))
+        if gateway_process:
+            text += access_changes(service.KEYS.access_changes_seen)
         reply = Reply(200, PROMETHEUS, text.encode())
     await send_reply(reply, send)
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 
+from console import keys
+
 ERROR_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
@@ -53,7 +55,15 @@ def missing_key() -> GatewayError:
 
 
 def bad_key() -> GatewayError:
-    return GatewayError(401, "The API key is not valid or was revoked. Create one under API keys.")
+    return GatewayError(401, keys.NOT_VALID)
+
+
+def read_key_cannot_chat() -> GatewayError:
+    return GatewayError(
+        403,
+        "This API key's scope is read: it may list models (GET /v1/models) and read figures, "
+        "not chat. Use a chat or operate key.",
+    )
 
 
 def not_json(why: str) -> GatewayError:

@@ -72,6 +72,13 @@ def text(caller: Caller) -> str:
     return "\n".join(lines) + "\n"
 
 
+def access_changes(seen: int) -> str:
+    """This gateway process's count of access changes applied (keys revoked, roles changed)."""
+    metric = "berth_gateway_access_changes_total"
+    doc = "Changes of a user's keys or roles this gateway applied to its key cache."
+    return f"# HELP {metric} {doc}\n# TYPE {metric} counter\n{metric} {seen}\n"
+
+
 def family(metric: str, kind: str, doc: str, values: Iterable[tuple[str, Any]]) -> list[str]:
     lines = [f"# HELP {metric} {doc}", f"# TYPE {metric} {kind}"]
     return lines + [f'{metric}{{deployment="{name}"}} {value or 0}' for name, value in values]

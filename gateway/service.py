@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import aiohttp
 from django.db import connection
 
+from console import live
 from gateway import conf, errors
 from gateway.directory import KeyBox, Table, Upstream, load_table
 from gateway.errors import GatewayError
@@ -173,7 +174,8 @@ class Gateway:
 
     async def follow_broadcasts(self) -> None:
         """Deployments announce their state changes on the "deployments" group: re-read the
-        table at once rather than at the next periodic read."""
+        table at once rather than at the next periodic read. A user's keys and roles changes are
+        announced on the access group: forget what was cached of that user's keys."""
         from channels.layers import get_channel_layer
 
         layer = get_channel_layer()
@@ -187,9 +189,13 @@ class Gateway:
                 # messages wait in the other list (the pages would stop updating).
                 channel = await layer.new_channel()
                 await layer.group_add("deployments", channel)
+                await layer.group_add(live.ACCESS_GROUP, channel)
                 while True:
-                    await layer.receive(channel)
-                    self.directory.refresh_soon()
+                    message = await layer.receive(channel)
+                    if message.get("kind") == "user":
+                        self.keys.forget_user(int(message["id"]))
+                    else:
+                        self.directory.refresh_soon()
             except asyncio.CancelledError:
                 raise
             except Exception:

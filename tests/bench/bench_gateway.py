@@ -181,7 +181,7 @@ def fix_the_table(engine_port: int) -> None:
     table = directory.Table.of([route])
     service.load_table = lambda keys: table  # type: ignore[assignment]
     caller = Caller(1, "bench", False, frozenset({1}))
-    service.KEYS.entries[hash_secret(CLIENT_KEY)] = (math.inf, caller)
+    service.KEYS.known[hash_secret(CLIENT_KEY)] = (math.inf, caller)
 
 
 # ---------------------------------------------------------------- load

@@ -33,7 +33,8 @@ from django.test import Client, RequestFactory
 from django.utils import timezone
 
 from clusters.simulator import build_env, serve_argv
-from console.models import ApiKey
+from console import keys
+from console.models import ApiKey, Membership
 from deployments import transitions
 from deployments.choices import CopyState, DeploymentState
 from deployments.models import Copy, Deployment
@@ -466,9 +467,7 @@ def test_missing_bad_and_revoked_keys_get_401(gateway_url, bob):
     )
     made_up = post(url, "berth_not-a-key-anyone-was-given", body)
     assert made_up.status_code == 401
-    assert (
-        error_of(made_up) == "The API key is not valid or was revoked. Create one under API keys."
-    )
+    assert error_of(made_up) == keys.NOT_VALID
     key, secret = ApiKey.issue(bob, "old")
     ApiKey.objects.filter(pk=key.pk).update(revoked_at=timezone.now())
     assert post(url, secret, body).status_code == 401
@@ -888,3 +887,63 @@ def test_a_model_hosted_through_the_console_answers_at_the_gateway_by_its_chat_n
             model="hosted", messages=HELLO, max_tokens=3
         )
         assert reply.choices[0].message.content and reply.usage.completion_tokens == 3
+
+
+# ---------------------------------------------------------------- key scopes and access changes
+
+
+def access_changes_seen(gateway_url: str, reader: str) -> int:
+    text = httpx.get(
+        f"{gateway_url}/metrics", headers={"Authorization": f"Bearer {reader}"}, timeout=10
+    ).text
+    (line,) = [x for x in text.splitlines() if x.startswith("berth_gateway_access_changes_total ")]
+    return int(float(line.split()[1]))
+
+
+def test_a_read_key_lists_models_but_cannot_chat_and_a_chat_key_can(gateway_url, engines, bob, red):
+    serving(factories.make_deployment("red-qwen", red, chat_name="qwen"), engines["a"].port)
+    read_key = keys.issue(bob, "dashboards", "read")[1]
+    chat_key = keys.issue(bob, "app", "chat")[1]
+    listed = httpx.get(
+        f"{gateway_url}/v1/models", headers={"Authorization": f"Bearer {read_key}"}, timeout=10
+    )
+    assert listed.status_code == 200 and "qwen" in {m["id"] for m in listed.json()["data"]}
+    refused = chat(gateway_url, read_key, "qwen")
+    assert refused.status_code == 403
+    assert error_of(refused).startswith("This API key's scope is read: it may list models")
+    assert chat(gateway_url, chat_key, "qwen").status_code == 200
+
+
+def test_a_cached_key_is_kept_no_longer_than_its_expiry(gateway_url, engines, bob, red):
+    serving(factories.make_deployment("red-qwen", red, chat_name="qwen"), engines["a"].port)
+    key, secret = keys.issue(bob, "expiring", "chat")
+    ApiKey.objects.filter(pk=key.pk).update(expires_at=timezone.now() + timedelta(seconds=2))
+    assert chat(gateway_url, secret, "qwen").status_code == 200  # cached, with its expiry
+    time.sleep(2.2)  # past the key's expiry, well within the cache's 30 s
+    expired = chat(gateway_url, secret, "qwen")
+    assert expired.status_code == 401 and error_of(expired) == keys.NOT_VALID
+
+
+def test_a_revoked_key_and_a_lost_membership_take_effect_on_their_announcement(
+    gateway_url, engines, bob, red
+):
+    serving(factories.make_deployment("red-qwen", red, chat_name="qwen"), engines["a"].port)
+    admin = factories.make_user("ada")
+    admin.is_staff = True
+    admin.save()
+    reader = keys.issue(admin, "metrics", "read")[1]
+    key, secret = keys.issue(bob, "app", "chat")
+    assert chat(gateway_url, secret, "qwen").status_code == 200  # cached from here on
+
+    seen = access_changes_seen(gateway_url, reader)
+    keys.revoke(bob, key)
+    wait_for(lambda: access_changes_seen(gateway_url, reader) > seen, 10, 0.05, "the revocation")
+    revoked = chat(gateway_url, secret, "qwen")  # the first request after it
+    assert revoked.status_code == 401 and error_of(revoked) == keys.NOT_VALID
+
+    other = keys.issue(bob, "app 2", "chat")[1]
+    assert chat(gateway_url, other, "qwen").status_code == 200
+    seen = access_changes_seen(gateway_url, reader)
+    Membership.objects.filter(user=bob, team=red).delete()  # as the admin's team page does
+    wait_for(lambda: access_changes_seen(gateway_url, reader) > seen, 10, 0.05, "the change")
+    assert chat(gateway_url, other, "qwen").status_code == 404  # red's model is not on offer

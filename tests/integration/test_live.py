@@ -19,6 +19,18 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 CSRF_SECRET = "a" * 32
 
 
+@pytest.fixture(autouse=True)
+def fresh_channel_layer():
+    """Each test runs on an event loop of its own; a layer kept from an earlier test keeps
+    locks of that loop (a receive cut off there leaves one held), so each test gets its own,
+    as each process of the console has one."""
+    from channels.layers import channel_layers
+
+    channel_layers.backends.clear()
+    yield
+    channel_layers.backends.clear()
+
+
 def connect(user, group: str, query: str = "") -> WebsocketCommunicator:
     from channels.routing import URLRouter
 
@@ -245,6 +257,7 @@ async def test_pages_keep_updating_while_the_gateway_follows_broadcasts_in_the_s
     """The console's process also runs the gateway's broadcast follower (the chat page uses
     it); its receive on the shared layer must not starve the page consumers'."""
     import asyncio
+    import contextlib
 
     from gateway.service import Gateway
 
@@ -260,4 +273,59 @@ async def test_pages_keep_updating_while_the_gateway_follows_broadcasts_in_the_s
     html = await page.receive_from(5)
     assert 'id="deployment-copies"' in html
     follower.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await follower  # ended here: no receive of this test's loop is left holding the layer
     await page.disconnect()
+
+
+async def closed_with(communicator: WebsocketCommunicator) -> int:
+    """The next thing the socket sends is its close (nothing of the group before it)."""
+    output = await communicator.receive_output(5)
+    assert output["type"] == "websocket.close", output
+    await communicator.disconnect()  # as the server answers a close: the consumer ends
+    return int(output["code"])
+
+
+async def test_a_user_removed_from_the_team_hears_nothing_more_of_its_deployment(bob, red):
+    from console.models import Membership
+
+    deployment = await sync_to_async(factories.make_deployment)("live-gone", red)
+    listening = connect(bob, f"deployment-{deployment.pk}")
+    await joined(listening)
+    await sync_to_async(Membership.objects.filter(user=bob, team=red).delete)()
+    await sync_to_async(move_deployment)(deployment.pk, DeploymentState.DEPLOYING, message="placed")
+    assert await closed_with(listening) == 4403
+
+
+async def test_a_downgraded_user_keeps_listening_but_gets_a_viewers_parts(bob, red):
+    from console.models import Membership, Role
+
+    deployment = await sync_to_async(factories.make_deployment)("live-down", red)
+    listening = connect(bob, f"deployment-{deployment.pk}")
+    await joined(listening)
+    membership = await sync_to_async(Membership.objects.get)(user=bob, team=red)
+    membership.role = Role.VIEWER
+    await sync_to_async(membership.save)()
+    await sync_to_async(move_deployment)(deployment.pk, DeploymentState.DEPLOYING, message="placed")
+    html = await listening.receive_from(5)
+    assert 'data-state="DEPLOYING"' in html and ">Stop</button>" not in html
+    await listening.disconnect()
+
+
+async def test_a_user_who_logs_out_hears_nothing_more(bob, red):
+    from django.contrib.auth import logout
+    from django.contrib.sessions.backends.db import SessionStore
+    from django.test import RequestFactory
+
+    deployment = await sync_to_async(factories.make_deployment)("live-out", red)
+    listening = connect(bob, f"deployment-{deployment.pk}")
+    await joined(listening)
+
+    def log_out() -> None:  # what the logout page does with the user's request
+        request = RequestFactory().post("/logout/")
+        request.user, request.session = bob, SessionStore()
+        logout(request)
+
+    await sync_to_async(log_out)()
+    await sync_to_async(move_deployment)(deployment.pk, DeploymentState.DEPLOYING, message="placed")
+    assert await closed_with(listening) == 4401
