@@ -6,4 +6,4 @@ class ConsoleConfig(AppConfig):
     verbose_name = "Teams and access"
 
     def ready(self) -> None:
-        from console import signals  # noqa: F401 - connects the access receivers
+        from console import logins, signals  # noqa: F401 - connects their receivers

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -42,6 +43,7 @@ INSTALLED_APPS = [
     "channels",
     "django_htmx",
     "ninja",  # serves its API docs' assets locally, never from a CDN
+    "axes",  # counts failed logins (console/logins.py)
     "console",
     "clusters",
     "catalog",
@@ -61,6 +63,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "axes.middleware.AxesMiddleware",  # last: it answers a locked-out login
 ]
 
 ROOT_URLCONF = "console.urls"
@@ -156,9 +159,29 @@ STARTUP_TIMEOUT_BASE_S = env_float("BERTH_STARTUP_TIMEOUT_BASE_S", 300.0, low=1,
 STARTUP_TIMEOUT_PER_GIB_S = env_float("BERTH_STARTUP_TIMEOUT_PER_GIB_S", 10.0, low=0, high=3600)
 
 AUTH_PASSWORD_VALIDATORS = [
-    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {
+        "NAME": "django.contrib.auth.password_validation.MinimumLengthValidator",
+        "OPTIONS": {"min_length": 12},
+    },
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# Failed logins (console/logins.py): a user and an address that failed this often are refused
+# for this long; the user from other addresses is only slowed down.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("BERTH_LOGIN_FAILURE_LIMIT", 5, low=1, high=100)
+AXES_COOLOFF_TIME = timedelta(
+    minutes=env_int("BERTH_LOGIN_LOCKOUT_MINUTES", 15, low=1, high=24 * 60)
+)
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "console.logins.locked_out"
+AXES_CLIENT_IP_CALLABLE = "console.logins.client_address"
+AXES_VERBOSE = False
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"

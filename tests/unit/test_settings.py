@@ -63,6 +63,12 @@ def test_good_settings_start():
         ("BERTH_REPLY_WAIT_S", "5", "BERTH_REPLY_WAIT_S=5 is outside 10..1800"),
         ("BERTH_REPLY_WAIT_S", "soon", "BERTH_REPLY_WAIT_S='soon' is not a whole number"),
         ("BERTH_CREDENTIALS_KEY", None, "BERTH_CREDENTIALS_KEY is not set"),
+        ("BERTH_LOGIN_FAILURE_LIMIT", "0", "BERTH_LOGIN_FAILURE_LIMIT=0 is outside 1..100"),
+        (
+            "BERTH_LOGIN_LOCKOUT_MINUTES",
+            "forever",
+            "BERTH_LOGIN_LOCKOUT_MINUTES='forever' is not a whole number",
+        ),
         ("BERTH_SWEEP_GRACE_S", "0", "BERTH_SWEEP_GRACE_S=0 is outside 1..86400"),
         ("BERTH_SWEEP_EVERY_S", "often", "BERTH_SWEEP_EVERY_S='often' is not a whole number"),
         ("BERTH_CPU_RESERVE_GIB", "-1", "BERTH_CPU_RESERVE_GIB=-1 is outside 0..4096"),
