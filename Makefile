@@ -7,7 +7,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 # Starts embedded PostgreSQL and Redis under var/ unless DATABASE_URL / REDIS_URL are set.
 WITH_SERVICES := $(PY) -m console.services exec --
-TEST_ENV := BERTH_CHANNEL_PREFIX=berth-test BERTH_CELERY_QUEUE=berth-test
+# The tests seed the demo (and start processes that would refuse its passwords otherwise).
+TEST_ENV := BERTH_DEMO=1 BERTH_CHANNEL_PREFIX=berth-test BERTH_CELERY_QUEUE=berth-test
 PORT ?= 8000
 
 .PHONY: venv run test lint check pytest bench vendor stop chromium engines
@@ -23,14 +24,14 @@ $(VENV)/.installed: pyproject.toml
 
 run: venv
 	$(WITH_SERVICES) $(PY) manage.py migrate --noinput
-	@test -f var/demo-seeded || ($(WITH_SERVICES) $(PY) manage.py seed_demo && \
+	@test -f var/demo-seeded || (BERTH_DEMO=1 $(WITH_SERVICES) $(PY) manage.py seed_demo && \
 		$(WITH_SERVICES) $(PY) manage.py make_tiny_model && touch var/demo-seeded)
 	@echo
 	@echo "Berth is starting at http://127.0.0.1:$(PORT)/"
 	@echo "Demo logins: admin / berth-admin, operator / berth-operator, viewer / berth-viewer"
 	@echo "Stop with Ctrl-C; stop the embedded database and Redis with: make stop"
 	@echo
-	BERTH_PORT=$(PORT) $(WITH_SERVICES) $(VENV)/bin/honcho start -f Procfile
+	BERTH_DEMO=1 BERTH_PORT=$(PORT) $(WITH_SERVICES) $(VENV)/bin/honcho start -f Procfile
 
 stop:
 	-$(PY) -m console.services stop

@@ -14,12 +14,12 @@ django_http = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402  (needs Django set up first)
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
-from django.urls import re_path  # noqa: E402
 
-from console.consumers import LiveConsumer  # noqa: E402
+from console.demo import refuse_demo_passwords  # noqa: E402
+from console.routing import websocket_urls  # noqa: E402
 from gateway.app import in_front_of  # noqa: E402
 
-websocket_urls = [re_path(r"^ws/live/(?P<group>[a-z0-9-]{1,80})/$", LiveConsumer.as_asgi())]
+refuse_demo_passwords("web process")
 
 application = ProtocolTypeRouter(
     {

@@ -21,6 +21,9 @@ from console.env import (
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 DEBUG = env_bool("BERTH_DEBUG", False)
+# A demo (make run): seed_demo may run, and its well-known passwords may stay. Without it, the
+# web, gateway and worker processes refuse to start while a user still has one (console/demo.py).
+DEMO = env_bool("BERTH_DEMO", False)
 SECRET_KEY = env_str("DJANGO_SECRET_KEY", "insecure-development-key" if DEBUG else None)
 # Encrypts stored credentials (kubeconfigs, tokens). Outside DEBUG it must be given: a key
 # generated at start-up and then lost would make every stored credential unreadable.

@@ -13,6 +13,9 @@ import django
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 django.setup()
 
+from console.demo import refuse_demo_passwords  # noqa: E402
 from gateway.app import application  # noqa: E402  (needs Django set up first)
+
+refuse_demo_passwords("gateway")
 
 __all__ = ["application"]

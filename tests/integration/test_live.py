@@ -9,7 +9,7 @@ from channels.testing import WebsocketCommunicator
 from django.db import transaction
 
 from console import live
-from console.asgi import websocket_urls
+from console.routing import websocket_urls
 from deployments.choices import DeploymentState, LogStream
 from deployments.logs import write_lines
 from deployments.transitions import move_deployment
