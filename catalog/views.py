@@ -154,8 +154,10 @@ def row_permissions(request: HttpRequest) -> dict[str, bool]:
 
 
 def permissions_of(user: Any) -> dict[str, bool]:
-    """Which buttons a row of On this server shows the user (pages and live updates alike)."""
-    return {"can_operate": can_operate_somewhere(user), "can_delete": is_platform_admin(user)}
+    """Which buttons a row of On this server shows the user (pages and live updates alike);
+    where the files lie on this server is for platform admins only."""
+    admin = is_platform_admin(user)
+    return {"can_operate": can_operate_somewhere(user), "can_delete": admin, "sees_paths": admin}
 
 
 def server_model_row(request: HttpRequest, pk: int) -> HttpResponse:

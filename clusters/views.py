@@ -11,6 +11,7 @@ from django.shortcuts import get_object_or_404, render
 
 from clusters.backends import isolation
 from clusters.models import Accelerator, Cluster, ClusterKind, Machine
+from console.access import visible_deployments
 from deployments.models import Reservation
 
 LOCAL_KINDS = {ClusterKind.STANDALONE, ClusterKind.SIMULATOR}
@@ -44,10 +45,14 @@ def cluster_list(request: HttpRequest) -> HttpResponse:
     return render(request, "clusters/list.html", {"clusters": clusters})
 
 
-def holders_by_accelerator(cluster: Cluster) -> dict[int, list[Reservation]]:
+def holders_by_accelerator(cluster: Cluster, user: Any) -> dict[int, list[Reservation]]:
+    """Who holds each accelerator's room; a deployment the user may not see is shown as
+    "another team" with its size only (`shown` False)."""
     rows = Reservation.objects.filter(machine__cluster=cluster).select_related("copy__deployment")
+    visible = set(visible_deployments(user).values_list("pk", flat=True))
     held: dict[int, list[Reservation]] = defaultdict(list)
     for row in rows:
+        row.shown = row.copy.deployment_id in visible  # type: ignore[attr-defined]
         if row.accelerator_id is not None:
             held[row.accelerator_id].append(row)
     return held
@@ -72,7 +77,7 @@ def cluster_detail(request: HttpRequest, pk: int) -> HttpResponse:
     cluster = get_object_or_404(
         Cluster.objects.prefetch_related(Prefetch("machines", queryset=machines)), pk=pk
     )
-    held = holders_by_accelerator(cluster)
+    held = holders_by_accelerator(cluster, request.user)
     for machine in cluster.machines.all():
         for gpu in machine.gpus:
             annotate_room(gpu, held)

@@ -78,20 +78,25 @@ def copies_without_room(deployment: Deployment) -> list[Copy]:
 
 
 def who_holds_the_room(cluster: Cluster, besides: Deployment) -> str:
-    """'llama-70b holds 4 copies (318.60 GiB)', for a NoFit message."""
+    """'llama-70b holds 4 copies (318.60 GiB)', for a NoFit message; another team's deployment
+    is named only as "another team" (teams do not see each other's deployments)."""
     rows = (
         Reservation.objects.filter(machine__cluster=cluster)
         .exclude(copy__deployment=besides)
-        .values("copy__deployment__name")
+        .values("copy__deployment__name", "copy__deployment__team_id")
         .annotate(copies=Count("copy", distinct=True), held=Sum("reserved_bytes"))
         .order_by("-held")[:3]
     )
     parts = [
-        f"{r['copy__deployment__name']} holds {plural(r['copies'], 'copy')} "
-        f"({r['held'] / GIB:.2f} GiB)"
+        f"{holder_name(r['copy__deployment__name'], r['copy__deployment__team_id'], besides)} "
+        f"holds {plural(r['copies'], 'copy')} ({r['held'] / GIB:.2f} GiB)"
         for r in rows
     ]
     return "; ".join(parts)
+
+
+def holder_name(name: str, team_id: int, asking: Deployment) -> str:
+    return name if team_id == asking.team_id else "another team"
 
 
 def files_on_this_server(deployment: Deployment) -> ServerModel | None:

@@ -18,6 +18,7 @@ from clusters.models import ClusterKind
 from deployments.choices import DEPLOYMENT_ACTIVE, CopyState, DeploymentState
 from deployments.launching import served_name
 from deployments.models import Copy, Deployment
+from gateway import errors
 from gateway.keys import Caller
 
 # A deployment that is stopping, stopped or failed gets no traffic, even from a copy that
@@ -73,8 +74,11 @@ class Table:
         return cls(by_name, {name: tuple(group) for name, group in chats.items()})
 
     def resolve(self, model: str, caller: Caller) -> list[Route] | None:
-        """The deployments a model name means to this caller: chat names are looked up first."""
+        """The deployments a model name means to this caller: chat names are looked up first,
+        within one of the caller's teams (a chat name never joins two teams' deployments)."""
         group = [r for r in self.chats.get(model, ()) if caller.may_use(r.team_id)]
+        if len({r.team_id for r in group}) > 1:
+            raise errors.chat_name_in_two_teams(model, [(r.team_name, r.name) for r in group])
         if group:
             return group
         route = self.routes.get(model)
@@ -85,8 +89,13 @@ class Table:
     def on_offer(self, caller: Caller) -> list[str]:
         """The names this caller can send requests to now: chat names, then deployment names."""
         serving = [r for r in self.routes.values() if r.upstreams and caller.may_use(r.team_id)]
-        chats = sorted({r.chat_name for r in serving if r.chat_name})
-        return chats + sorted(r.name for r in serving if r.name not in chats)
+        teams_by_chat: dict[str, set[int]] = {}
+        for route in serving:
+            if route.chat_name:
+                teams_by_chat.setdefault(route.chat_name, set()).add(route.team_id)
+        # A chat name two of the caller's teams offer means nothing to it: not on offer.
+        chats = sorted(name for name, teams in teams_by_chat.items() if len(teams) == 1)
+        return chats + sorted(r.name for r in serving if r.name not in teams_by_chat)
 
 
 def upstream_url(copy: Copy) -> str:

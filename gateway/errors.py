@@ -17,6 +17,7 @@ ERROR_TYPES = {
     403: "permission_error",
     404: "not_found_error",
     405: "invalid_request_error",
+    409: "invalid_request_error",
     502: "bad_gateway",
     503: "service_unavailable",
     504: "timeout",
@@ -63,6 +64,15 @@ def read_key_cannot_chat() -> GatewayError:
         403,
         "This API key's scope is read: it may list models (GET /v1/models) and read figures, "
         "not chat. Use a chat or operate key.",
+    )
+
+
+def chat_name_in_two_teams(name: str, deployments: list[tuple[str, str]]) -> GatewayError:
+    teams = "; ".join(f"{team}: {deployment}" for team, deployment in sorted(deployments))
+    return GatewayError(
+        409,
+        f"The chat name {name} is offered by more than one of your teams ({teams}). Ask for a "
+        "deployment by its name instead, or have one team choose another chat name.",
     )
 
 

@@ -25,8 +25,7 @@ INSERT INTO gateway_minutefigures (
     (SELECT id FROM deployments_deployment WHERE id = %s), %s, %s, %s, %s, %s, %s, %s, %s, %s,
     %s, %s
 )
-ON CONFLICT (deployment_name, minute) DO UPDATE SET
-    deployment_id = COALESCE(EXCLUDED.deployment_id, gateway_minutefigures.deployment_id),
+ON CONFLICT (deployment_id, minute) DO UPDATE SET
     requests = gateway_minutefigures.requests + EXCLUDED.requests,
     failures = gateway_minutefigures.failures + EXCLUDED.failures,
     timeouts = gateway_minutefigures.timeouts + EXCLUDED.timeouts,

@@ -42,9 +42,17 @@ def shown_rows(caller: Caller) -> QuerySet[MinuteFigures]:
 
 
 def totals(caller: Caller) -> list[dict[str, Any]]:
+    """Per deployment (by id: a name used again is another deployment); the figures of deleted
+    deployments, which only staff see, are summed under "NAME (deleted)"."""
     sums = {name: Sum(name) for name in SUMMED}
-    grouped = shown_rows(caller).values("deployment_name").annotate(**sums)
-    return sorted(grouped, key=lambda row: row["deployment_name"])
+    grouped = shown_rows(caller).values("deployment_id", "deployment_name").annotate(**sums)
+    by_label: dict[str, dict[str, Any]] = {}
+    for row in grouped:
+        label = row["deployment_name"] + ("" if row["deployment_id"] else " (deleted)")
+        kept = by_label.setdefault(label, {"deployment_name": label, **dict.fromkeys(SUMMED)})
+        for name in SUMMED:
+            kept[name] = (kept[name] or 0) + (row[name] or 0)
+    return sorted(by_label.values(), key=lambda row: row["deployment_name"])
 
 
 def ready_copies(caller: Caller) -> list[tuple[str, int]]:

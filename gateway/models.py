@@ -35,8 +35,9 @@ class MinuteFigures(models.Model):
         ordering = ["deployment_name", "minute"]
         verbose_name_plural = "minute figures"
         constraints = [
+            # By deployment, not by name: a name used again by another team starts afresh.
             models.UniqueConstraint(
-                fields=["deployment_name", "minute"], name="minute_figures_one_row_per_minute"
+                fields=["deployment", "minute"], name="minute_figures_one_row_per_deployment"
             )
         ]
 

@@ -75,9 +75,7 @@ def figures(deployment: Deployment, now: datetime | None = None) -> dict[str, An
     minutes = window(now or timezone.now())
     rows = {
         row.minute: row
-        for row in MinuteFigures.objects.filter(
-            deployment_name=deployment.name, minute__gte=minutes[0]
-        )
+        for row in MinuteFigures.objects.filter(deployment=deployment, minute__gte=minutes[0])
     }
     series = [rows.get(minute) for minute in minutes]
     total = summed(row for row in series if row is not None)

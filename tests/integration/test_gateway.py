@@ -40,6 +40,7 @@ from deployments.choices import CopyState, DeploymentState
 from deployments.models import Copy, Deployment
 from gateway import sse
 from gateway.directory import Route, Table, Upstream
+from gateway.errors import GatewayError
 from gateway.keys import Caller
 from gateway.models import MinuteFigures
 from gateway.picking import Picker
@@ -320,6 +321,29 @@ def test_the_engines_own_key_stays_between_the_gateway_and_the_copy(gateway_url,
 
 
 # ---------------------------------------------------------------- routing
+
+
+def test_a_chat_name_two_of_the_callers_teams_offer_is_refused_naming_both(
+    gateway_url, engines, bob, carol, red, blue
+):
+    serving(factories.make_deployment("red-qwen", red, chat_name="qwen"), engines["a"].port)
+    serving(factories.make_deployment("blue-qwen", blue, chat_name="qwen"), engines["b"].port)
+    both = key_for(bob)  # red and blue
+    on_offer(gateway_url, both, "red-qwen", "blue-qwen")
+    assert "qwen" not in {m.id for m in client(gateway_url, both).models.list()}
+    refused = chat(gateway_url, both, "qwen")
+    assert refused.status_code == 409
+    assert error_of(refused) == (
+        "The chat name qwen is offered by more than one of your teams (blue: blue-qwen; red: "
+        "red-qwen). Ask for a deployment by its name instead, or have one team choose another "
+        "chat name."
+    )
+    assert chat(gateway_url, both, "red-qwen").status_code == 200
+    only_red = key_for(carol)  # the chat name means red's deployment to her, never blue's
+    before = engines["b"].finished()
+    assert all(chat(gateway_url, only_red, "qwen").status_code == 200 for _ in range(4))
+    assert engines["b"].finished() == before
+
 
 
 def test_deployments_sharing_a_chat_name_share_the_traffic_and_a_stopped_one_gets_none(
@@ -861,8 +885,11 @@ def test_a_callers_teams_decide_what_a_name_means():
     bob = Caller(1, "bob", False, frozenset({1}))
     assert table.resolve("qwen", bob) == [red] and table.resolve("blue-qwen", bob) is None
     assert table.on_offer(bob) == ["qwen", "red-qwen"]
-    alice = Caller(2, "alice", True, frozenset())
-    assert table.resolve("qwen", alice) == [red, blue]
+    alice = Caller(2, "alice", True, frozenset())  # staff: every team's, so two of them here
+    with pytest.raises(GatewayError) as refused:
+        table.resolve("qwen", alice)
+    assert refused.value.status == 409
+    assert table.on_offer(alice) == ["blue-qwen", "red-qwen"]
 
 
 # ---------------------------------------------------------------- end to end
