@@ -345,7 +345,6 @@ def test_a_chat_name_two_of_the_callers_teams_offer_is_refused_naming_both(
     assert engines["b"].finished() == before
 
 
-
 def test_deployments_sharing_a_chat_name_share_the_traffic_and_a_stopped_one_gets_none(
     gateway_url, engines, bob, red
 ):
