@@ -10,7 +10,7 @@ from django.contrib import messages
 from django.db.models import Count, Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_http_methods, require_POST
 
 from catalog.models import Model
 from clusters.models import Cluster
@@ -137,8 +137,18 @@ def scale(request: HttpRequest, pk: int) -> HttpResponse:
     )
 
 
-@require_POST
+def confirm(request: HttpRequest, pk: int, action: str) -> HttpResponse:
+    """Stop and Delete ask first, on a page of their own (JavaScript or not)."""
+    deployment = get_deployment(request.user, pk, NEEDS_OPERATE)
+    copies = deployment.copies.exclude(state__in=[CopyState.STOPPED]).count()
+    context = {"deployment": deployment, "action": action, "copies": copies}
+    return render(request, "deployments/confirm.html", context)
+
+
+@require_http_methods(["GET", "POST"])
 def stop(request: HttpRequest, pk: int) -> HttpResponse:
+    if request.method == "GET":
+        return confirm(request, pk, "stop")
     return operate(request, pk, lambda d: actions.stop(request.user, d), "Stopping every copy.")
 
 
@@ -147,8 +157,10 @@ def start(request: HttpRequest, pk: int) -> HttpResponse:
     return operate(request, pk, lambda d: actions.start(request.user, d), "Starting again.")
 
 
-@require_POST
+@require_http_methods(["GET", "POST"])
 def delete(request: HttpRequest, pk: int) -> HttpResponse:
+    if request.method == "GET":
+        return confirm(request, pk, "delete")
     return operate(
         request,
         pk,

@@ -39,3 +39,17 @@
     if (nearBottom) window.scrollTo(0, document.body.scrollHeight);
   });
 })();
+
+// Copy buttons (no inline handlers: the Content-Security-Policy allows scripts from files only).
+document.addEventListener("click", function (event) {
+  const button = event.target.closest("[data-copy-text], [data-copy-rows]");
+  if (!button) return;
+  let text;
+  if (button.dataset.copyText) {
+    text = document.querySelector(button.dataset.copyText).textContent;
+  } else {
+    const rows = document.querySelectorAll(button.dataset.copyRows);
+    text = [...rows].map((row) => row.innerText.replaceAll("\t", " ")).join("\n");
+  }
+  navigator.clipboard.writeText(text);
+});

@@ -94,8 +94,8 @@ async def test_a_viewer_gets_no_stop_button_where_an_operator_does(bob, carol, r
     await joined(operator), await joined(viewer)
     await sync_to_async(move_deployment)(deployment.pk, DeploymentState.DEPLOYING, message="placed")
     for_operator, for_viewer = await operator.receive_from(5), await viewer.receive_from(5)
-    assert ">Stop</button>" in for_operator and 'name="csrfmiddlewaretoken"' in for_operator
-    assert ">Stop</button>" not in for_viewer and "csrfmiddlewaretoken" not in for_viewer
+    assert ">Stop…</a>" in for_operator and 'name="csrfmiddlewaretoken"' in for_operator
+    assert ">Stop…</a>" not in for_viewer and "csrfmiddlewaretoken" not in for_viewer
     await operator.disconnect()
     await viewer.disconnect()
 
@@ -308,7 +308,7 @@ async def test_a_downgraded_user_keeps_listening_but_gets_a_viewers_parts(bob, r
     await sync_to_async(membership.save)()
     await sync_to_async(move_deployment)(deployment.pk, DeploymentState.DEPLOYING, message="placed")
     html = await listening.receive_from(5)
-    assert 'data-state="DEPLOYING"' in html and ">Stop</button>" not in html
+    assert 'data-state="DEPLOYING"' in html and ">Stop…</a>" not in html
     await listening.disconnect()
 
 
