@@ -218,6 +218,11 @@ GATEWAY_REFRESH_S = env_float("BERTH_GATEWAY_REFRESH_S", 2.0, low=0.1, high=3600
 GATEWAY_FLUSH_S = env_float("BERTH_GATEWAY_FLUSH_S", 60.0, low=0.1, high=3600)
 # Gateway default for "a reply must start within", in seconds (deployments may set 10..1800).
 GATEWAY_REPLY_WAIT_S = env_int("BERTH_REPLY_WAIT_S", 180, low=10, high=1800)
+# The gateway's limits (gateway/limits.py): the largest body it reads, and per API key the
+# requests at once and a minute; above them it answers 413 and 429.
+GATEWAY_MAX_BODY_MIB = env_int("BERTH_GATEWAY_MAX_BODY_MIB", 8, low=1, high=1024)
+GATEWAY_KEY_CONCURRENT = env_int("BERTH_GATEWAY_KEY_CONCURRENT", 256, low=1, high=100_000)
+GATEWAY_KEY_PER_MINUTE = env_int("BERTH_GATEWAY_KEY_PER_MINUTE", 6000, low=1, high=10_000_000)
 
 LOGGING = {
     "version": 1,

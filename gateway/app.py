@@ -20,10 +20,11 @@ from django.http import HttpRequest
 from django.http.cookie import parse_cookie
 
 from console.access import is_platform_admin
-from gateway import errors, service
+from gateway import conf, errors, service
 from gateway.errors import GatewayError
 from gateway.keys import Caller, bearer, caller_of
-from gateway.metrics import access_changes
+from gateway.limits import TooMany
+from gateway.metrics import access_changes, limits_text
 from gateway.metrics import text as metrics_text
 from gateway.relay import JSON, RELAYED, Call, Reply, error_reply
 
@@ -35,7 +36,8 @@ MODELS = "/v1/models"
 METRICS = "/metrics"
 HEALTH = "/health"
 PROMETHEUS = [(b"content-type", b"text/plain; version=0.0.4; charset=utf-8")]
-MAX_BODY_BYTES = 64 << 20
+# Bodies bigger than this are parsed in a thread, so that the event loop keeps serving.
+PARSE_OFF_THE_LOOP_BYTES = 256 << 10
 
 
 class ClientGone(Exception):
@@ -74,18 +76,33 @@ async def prepare(scope: Scope, receive: Receive) -> Call | Reply:
             return await service.current().models(caller)
         if not caller.may_chat:
             raise errors.read_key_cannot_chat()
-        return Call(path, parse_body(await read_body(receive)), caller)
+        return Call(path, await parsed(await read_body(receive)), caller)
     except GatewayError as error:
         return error_reply(error)
 
 
 async def serve(call: Call, send: Send) -> None:
-    reply = await service.current().handle(call)
+    limit_key = call.caller.limit_key
     try:
-        await send_reply(reply, send)
+        service.LIMITS.admit(limit_key)
+    except TooMany as refused:
+        await send_reply(too_many_reply(refused), send)
+        return
+    try:
+        reply = await service.current().handle(call)
+        try:
+            await send_reply(reply, send)
+        finally:
+            if reply.close is not None:
+                await reply.close()  # also when cancelled: it closes the request at the copy
     finally:
-        if reply.close is not None:
-            await reply.close()  # also when cancelled: it closes the request at the copy
+        service.LIMITS.done(limit_key)
+
+
+def too_many_reply(refused: TooMany) -> Reply:
+    reply = error_reply(refused)
+    retry = (b"retry-after", str(refused.retry_after_s).encode())
+    return Reply(reply.status, [*reply.headers, retry], reply.body)
 
 
 def route_known(path: str, method: str) -> None:
@@ -130,11 +147,17 @@ async def read_body(receive: Receive) -> bytes:
             raise ClientGone()
         chunk = message.get("body", b"")
         size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise GatewayError(400, f"The request body is over {MAX_BODY_BYTES >> 20} MiB.")
+        if size > conf.max_body_bytes():
+            raise errors.body_too_large(conf.max_body_bytes())
         chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
+
+
+async def parsed(raw: bytes) -> dict[str, Any]:
+    if len(raw) > PARSE_OFF_THE_LOOP_BYTES:
+        return await asyncio.to_thread(parse_body, raw)
+    return parse_body(raw)
 
 
 def parse_body(raw: bytes) -> dict[str, Any]:
@@ -202,6 +225,7 @@ async def metrics(
         text = await service.run_blocking(lambda: metrics_text(caller))
         if gateway_process:
             text += access_changes(service.KEYS.access_changes_seen)
+            text += limits_text(service.LIMITS.refused)
         reply = Reply(200, PROMETHEUS, text.encode())
     await send_reply(reply, send)
 

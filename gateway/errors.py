@@ -18,6 +18,8 @@ ERROR_TYPES = {
     404: "not_found_error",
     405: "invalid_request_error",
     409: "invalid_request_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
     502: "bad_gateway",
     503: "service_unavailable",
     504: "timeout",
@@ -73,6 +75,14 @@ def chat_name_in_two_teams(name: str, deployments: list[tuple[str, str]]) -> Gat
         409,
         f"The chat name {name} is offered by more than one of your teams ({teams}). Ask for a "
         "deployment by its name instead, or have one team choose another chat name.",
+    )
+
+
+def body_too_large(limit: int) -> GatewayError:
+    return GatewayError(
+        413,
+        f"The request body is over {limit >> 20} MiB, the gateway's limit "
+        "(BERTH_GATEWAY_MAX_BODY_MIB): send a smaller one.",
     )
 
 

@@ -36,6 +36,12 @@ class Caller:
     team_ids: frozenset[int]
     scope: str = KeyScope.OPERATE
     expires_in_s: float | None = None  # the key's expiry, from when it was read
+    key_id: int = 0  # 0: a session's user (the chat page), counted as the user
+
+    @property
+    def limit_key(self) -> int:
+        """Whose requests the per-key limits count: the key's, or a signed-in user's."""
+        return self.key_id or -self.user_id
 
     def may_use(self, team_id: int) -> bool:
         return self.is_staff or team_id in self.team_ids
@@ -57,6 +63,7 @@ def caller_of(user: Any, key: ApiKey | None = None) -> Caller:
         team_ids=frozenset(team_roles(user)),
         scope=key.scope if key else KeyScope.OPERATE,
         expires_in_s=expires_in,
+        key_id=key.pk if key else 0,
     )
 
 
@@ -75,9 +82,12 @@ Blocking = Callable[[Callable[[], Any]], Awaitable[Any]]
 class KeyCache:
     """Presented secrets (by their SHA-256) to callers, for a short while."""
 
-    def __init__(self, run_blocking: Blocking, ttl_s: float = KEY_TTL_S) -> None:
+    def __init__(
+        self, run_blocking: Blocking, ttl_s: float = KEY_TTL_S, max_unknown: int = MAX_UNKNOWN
+    ) -> None:
         self.run_blocking = run_blocking
         self.ttl_s = ttl_s
+        self.max_unknown = max_unknown
         self.known: dict[str, tuple[float, Caller]] = {}
         # Oldest first: a full cache of unknown secrets drops its oldest, never a known key.
         self.unknown: OrderedDict[str, float] = OrderedDict()
@@ -107,7 +117,7 @@ class KeyCache:
     def remember_unknown(self, digest: str, now: float) -> None:
         self.unknown[digest] = now + UNKNOWN_TTL_S
         self.unknown.move_to_end(digest)
-        while len(self.unknown) > MAX_UNKNOWN:
+        while len(self.unknown) > self.max_unknown:
             self.unknown.popitem(last=False)
 
     def forget_user(self, user_id: int) -> None:

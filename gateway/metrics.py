@@ -14,6 +14,7 @@ from django.db.models import Count, Q, QuerySet, Sum
 
 from deployments.choices import CopyState
 from deployments.models import Deployment
+from gateway import conf
 from gateway.keys import Caller
 from gateway.models import MinuteFigures
 
@@ -85,6 +86,21 @@ def access_changes(seen: int) -> str:
     metric = "berth_gateway_access_changes_total"
     doc = "Changes of a user's keys or roles this gateway applied to its key cache."
     return f"# HELP {metric} {doc}\n# TYPE {metric} counter\n{metric} {seen}\n"
+
+
+def limits_text(refused: dict[str, int]) -> str:
+    """The gateway's limits (the settings) and how many requests each refused here."""
+    lines = []
+    for metric, value, doc in [
+        ("berth_gateway_max_body_bytes", conf.max_body_bytes(), "Largest request body read."),
+        ("berth_gateway_key_concurrent_limit", conf.key_concurrent(), "Requests at once a key."),
+        ("berth_gateway_key_per_minute_limit", conf.key_per_minute(), "Requests a minute a key."),
+    ]:
+        lines += [f"# HELP {metric} {doc}", f"# TYPE {metric} gauge", f"{metric} {value}"]
+    metric = "berth_gateway_refused_total"
+    lines += [f"# HELP {metric} Requests refused by a per-key limit.", f"# TYPE {metric} counter"]
+    lines += [f'{metric}{{limit="{name}"}} {count}' for name, count in sorted(refused.items())]
+    return "\n".join(lines) + "\n"
 
 
 def family(metric: str, kind: str, doc: str, values: Iterable[tuple[str, Any]]) -> list[str]:

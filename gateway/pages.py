@@ -35,7 +35,15 @@ def endpoints(request: HttpRequest, deployment: Deployment) -> dict[str, Any]:
         "address": address,
         "names": names,
         "example": example_request(address, names[-1], deployment.model.encoder_only),
+        "limits": limits_words(),
     }
+
+
+def limits_words() -> str:
+    return (
+        f"Request bodies up to {conf.max_body_bytes() >> 20} MiB; per API key, up to "
+        f"{conf.key_concurrent()} requests at once and {conf.key_per_minute()} a minute."
+    )
 
 
 def example_request(address: str, model: str, embeddings: bool) -> str:

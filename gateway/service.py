@@ -27,12 +27,16 @@ from gateway.directory import KeyBox, Table, Upstream, load_table
 from gateway.errors import GatewayError
 from gateway.figures import Figures
 from gateway.keys import Caller, KeyCache
+from gateway.limits import KeyLimits
 from gateway.picking import Picker
 from gateway.relay import Call, Reply, error_reply, json_reply, relay
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 DATABASE_THREADS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="gateway-db")
+# Key look-ups have threads of their own: a flood of made-up keys must not hold up the reads of
+# the routing table (nor the other way round).
+KEY_THREADS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="gateway-keys")
 
 
 def in_thread(work: Callable[[], T]) -> T:
@@ -48,9 +52,15 @@ async def run_blocking(work: Callable[[], T]) -> T:
     return await loop.run_in_executor(DATABASE_THREADS, in_thread, work)
 
 
+async def look_up_key(work: Callable[[], T]) -> T:
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(KEY_THREADS, in_thread, work)
+
+
 FIGURES = Figures()
 PICKER = Picker()
-KEYS = KeyCache(run_blocking)
+KEYS = KeyCache(look_up_key)
+LIMITS = KeyLimits()
 
 
 @atexit.register

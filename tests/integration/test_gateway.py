@@ -751,6 +751,10 @@ def test_the_endpoints_partial_shows_the_address_and_names_once_a_copy_serves(re
     assert re.findall(r'<code class="endpoint-name">([^<]+)</code>', shown) == ["red-qwen", "qwen"]
     assert "curl http://testserver:8001/v1/chat/completions" in shown
     assert (
+        "Gateway limits: Request bodies up to 8 MiB; per API key, up to 256 requests at once and "
+        "6000 a minute."
+    ) in shown
+    assert (
         "Authorization: Bearer $BERTH_API_KEY" in shown
         and "&quot;model&quot;: &quot;qwen&quot;" in shown
     )
@@ -973,3 +977,77 @@ def test_a_revoked_key_and_a_lost_membership_take_effect_on_their_announcement(
     Membership.objects.filter(user=bob, team=red).delete()  # as the admin's team page does
     wait_for(lambda: access_changes_seen(gateway_url, reader) > seen, 10, 0.05, "the change")
     assert chat(gateway_url, other, "qwen").status_code == 404  # red's model is not on offer
+
+
+# ---------------------------------------------------------------- limits: no one stalls the gateway
+
+
+@pytest.fixture
+def strict_gateway(servers) -> Iterator[str]:
+    """A second gateway process with small limits: 1 MiB bodies, 2 requests at once a key, 6 a
+    minute."""
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url(),
+        "BERTH_GATEWAY_REFRESH_S": "0.2",
+        "BERTH_GATEWAY_MAX_BODY_MIB": "1",
+        "BERTH_GATEWAY_KEY_CONCURRENT": "2",
+        "BERTH_GATEWAY_KEY_PER_MINUTE": "6",
+    }
+    argv = [sys.executable, "-m", "uvicorn", "gateway.asgi:application", "--port", "PORT"]
+    process, url = start_server(argv, env)
+    try:
+        wait_for(lambda: up(url, process), 60, 0.2, "the strict gateway")
+        yield url
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=20)
+
+
+def test_a_body_over_the_limit_gets_413_in_words(strict_gateway, bob):
+    big = {"model": "qwen", "messages": [{"role": "user", "content": "x" * (2 << 20)}]}
+    refused = post(f"{strict_gateway}/v1/chat/completions", key_for(bob), big)
+    assert refused.status_code == 413
+    assert error_of(refused) == (
+        "The request body is over 1 MiB, the gateway's limit (BERTH_GATEWAY_MAX_BODY_MIB): send "
+        "a smaller one."
+    )
+
+
+def test_one_key_over_its_limits_gets_429_with_retry_after_and_others_are_served(
+    strict_gateway, pair, bob, carol, red
+):
+    serving(factories.make_deployment("red-pair", red), pair["one"].port, pair["two"].port)
+    key, other = key_for(bob), key_for(carol)
+    on_offer(strict_gateway, key, "red-pair")
+    with ThreadPoolExecutor(2) as pool:
+        running = [pool.submit(chat, strict_gateway, key, "red-pair", max_tokens=60) for _ in "ab"]
+        wait_for(lambda: pair["one"].running() + pair["two"].running() == 2, 10, 0.05, "two")
+        third = chat(strict_gateway, key, "red-pair")  # while both of its requests run
+        assert third.status_code == 429 and third.headers["retry-after"] == "1"
+        assert error_of(third).startswith("This API key has 2 requests running, its limit")
+        assert chat(strict_gateway, other, "red-pair", max_tokens=1).status_code == 200
+        assert [r.result().status_code for r in running] == [200, 200]
+    for _ in range(4):  # 2 started + 4 = the key's 6 starts of this minute (a refusal is none)
+        assert chat(strict_gateway, key, "red-pair", max_tokens=1).status_code == 200
+    over = chat(strict_gateway, key, "red-pair", max_tokens=1)
+    assert over.status_code == 429 and int(over.headers["retry-after"]) >= 1
+    assert "started 6 requests in the last minute, its limit (BERTH_GATEWAY_KEY_PER_MINUTE)" in (
+        error_of(over)
+    )
+    metrics = httpx.get(
+        f"{strict_gateway}/metrics", headers={"Authorization": f"Bearer {key}"}, timeout=10
+    ).text
+    assert "berth_gateway_key_concurrent_limit 2" in metrics
+    assert 'berth_gateway_refused_total{limit="per_minute"} 1' in metrics
+
+
+def test_sixty_four_streams_from_one_key_pass_under_the_default_limits(
+    gateway_url, engines, bob, red
+):
+    serving(factories.make_deployment("red-qwen", red, chat_name="qwen"), engines["a"].port)
+    key = key_for(bob)
+    on_offer(gateway_url, key, "qwen")
+    with ThreadPoolExecutor(64) as pool:
+        replies = list(pool.map(lambda _: chat(gateway_url, key, "qwen", stream=True), range(64)))
+    assert [r.status_code for r in replies] == [200] * 64

@@ -160,3 +160,29 @@ def test_createapikey_refuses_bad_values_in_words(bob, options, words):
     with pytest.raises(CommandError, match=words.replace("(", r"\(")):
         call_command("createapikey", "bob", *options, stdout=io.StringIO())
     assert not ApiKey.objects.filter(user=bob).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_a_flood_of_made_up_keys_never_evicts_a_valid_one():
+    from asgiref.sync import sync_to_async
+
+    from gateway.keys import KeyCache
+    from tests import factories
+
+    bob = await sync_to_async(factories.make_user)("bob")
+    _, secret = await sync_to_async(keys.issue)(bob, "app", "chat")
+    look_ups = []
+
+    def look_up(work):  # the gateway's key threads, counted
+        look_ups.append(work)
+        return sync_to_async(work)()
+
+    cache = KeyCache(look_up, max_unknown=20)
+    assert (await cache.caller(secret)).username == "bob"
+    for number in range(100):
+        assert await cache.caller(f"berth_made-up-{number}") is None
+    assert len(cache.unknown) == 20  # bounded: the oldest made-up ones went
+    assert len(look_ups) == 101
+    assert (await cache.caller(secret)).scope == "chat"  # still cached: no look-up
+    assert len(look_ups) == 101

@@ -63,6 +63,17 @@ def test_good_settings_start():
         ("BERTH_REPLY_WAIT_S", "5", "BERTH_REPLY_WAIT_S=5 is outside 10..1800"),
         ("BERTH_REPLY_WAIT_S", "soon", "BERTH_REPLY_WAIT_S='soon' is not a whole number"),
         ("BERTH_CREDENTIALS_KEY", None, "BERTH_CREDENTIALS_KEY is not set"),
+        ("BERTH_GATEWAY_MAX_BODY_MIB", "0", "BERTH_GATEWAY_MAX_BODY_MIB=0 is outside 1..1024"),
+        (
+            "BERTH_GATEWAY_KEY_CONCURRENT",
+            "many",
+            "BERTH_GATEWAY_KEY_CONCURRENT='many' is not a whole number",
+        ),
+        (
+            "BERTH_GATEWAY_KEY_PER_MINUTE",
+            "0",
+            "BERTH_GATEWAY_KEY_PER_MINUTE=0 is outside 1..10000000",
+        ),
         ("BERTH_LOGIN_FAILURE_LIMIT", "0", "BERTH_LOGIN_FAILURE_LIMIT=0 is outside 1..100"),
         (
             "BERTH_LOGIN_LOCKOUT_MINUTES",
