@@ -8,10 +8,12 @@ HTML it receives into the page by element id (hx-swap-oob).
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
 
 from console import live
 from console.access import can_view_group, still_may_view
@@ -30,6 +32,8 @@ class LiveConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
 
     group: str = ""
     last_seq: int = 0
+    # Open sockets per user in this process: a user's tabs are many, a flood of sockets is not.
+    open_by_user: Counter[int] = Counter()
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -37,6 +41,10 @@ class LiveConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         if user is None or not await database_sync_to_async(can_view_group)(user, group):
             await self.close(code=4403)
             return
+        if self.open_by_user[user.pk] >= settings.SOCKETS_PER_USER:
+            await self.close(code=4429)  # too many: the page polls instead
+            return
+        self.open_by_user[user.pk] += 1
         self.group = group
         # The user's own group first: a change of its access is heard before anything else.
         await self.channel_layer.group_add(live.user_group(user.pk), self.channel_name)
@@ -45,9 +53,15 @@ class LiveConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         await self.send_catch_up()
         if group.endswith("-logs"):
             # The page says the last seq it has; it gets everything after, once, in order.
+            from console import live_render
+
             query = self.scope.get("query_string", b"").decode()
             after = query.removeprefix("after=") if query.startswith("after=") else "0"
-            self.last_seq = int(after) if after.isdigit() else 0
+            asked = int(after) if after.isdigit() else 0
+            deployment_id = int(group.split("-")[1])
+            self.last_seq = await database_sync_to_async(live_render.log_replay_start)(
+                user, deployment_id, asked
+            )
             await self.send_new_lines()
 
     async def send_catch_up(self) -> None:
@@ -61,9 +75,10 @@ class LiveConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
 
     async def disconnect(self, code: int) -> None:
         if self.group:
+            user_id = self.scope["user"].pk
+            self.open_by_user[user_id] -= 1
             await self.channel_layer.group_discard(self.group, self.channel_name)
-            user_group = live.user_group(self.scope["user"].pk)
-            await self.channel_layer.group_discard(user_group, self.channel_name)
+            await self.channel_layer.group_discard(live.user_group(user_id), self.channel_name)
 
     async def live_changed(self, message: dict[str, Any]) -> None:
         from console import live_render

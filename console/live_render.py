@@ -79,6 +79,14 @@ def log_lines_after(user: Any, deployment_id: int, after: int) -> tuple[str, int
     return html, lines[-1].seq
 
 
+def log_replay_start(user: Any, deployment_id: int, after: int) -> int:
+    from deployments.logs_view import replay_start
+
+    if not visible_deployments(user).filter(pk=deployment_id).exists():
+        return after
+    return replay_start(deployment_id, after)
+
+
 def engine_figures(user: Any, deployment_id: int) -> str:
     from django.conf import settings
 

@@ -40,6 +40,15 @@ def lines_after(deployment_id: int, after: int, limit: int = PAGE) -> list[LogLi
     )
 
 
+def replay_start(deployment_id: int, after: int) -> int:
+    """Where a log socket's catch-up starts: after `after`, but never more than the newest PAGE
+    lines back (a reconnect with after=0 does not replay the whole retention; older lines are
+    the page's to load)."""
+    newest = LogLine.objects.filter(deployment_id=deployment_id).order_by("-seq")
+    floor = list(newest.values_list("seq", flat=True)[PAGE : PAGE + 1])
+    return max(after, floor[0] if floor else 0)
+
+
 def page_of(lines: QuerySet[LogLine], before: int | None) -> list[LogLine]:
     """The newest PAGE lines (before a seq, to load older ones on demand), oldest first."""
     if before is not None:

@@ -329,3 +329,32 @@ async def test_a_user_who_logs_out_hears_nothing_more(bob, red):
     await sync_to_async(log_out)()
     await sync_to_async(move_deployment)(deployment.pk, DeploymentState.DEPLOYING, message="placed")
     assert await closed_with(listening) == 4401
+
+
+async def test_a_log_socket_from_the_start_replays_only_the_last_page(bob, red):
+    deployment = await sync_to_async(factories.make_deployment)("live-long", red)
+    await sync_to_async(add_lines)(deployment, [f"line-{n:04d}" for n in range(1, 451)])
+    reading = connect(bob, f"deployment-{deployment.pk}-logs", "after=0")
+    assert (await reading.connect())[0]
+    html = await reading.receive_from(5)
+    assert "line-0251" in html and "line-0450" in html  # the newest 200
+    assert "line-0250" not in html and "line-0001" not in html  # older ones are the page's
+    assert await reading.receive_nothing(timeout=0.5)
+    await reading.disconnect()
+
+
+async def test_a_user_s_sockets_are_capped_and_a_closed_one_frees_its_place(bob, red, settings):
+    settings.SOCKETS_PER_USER = 3
+    deployment = await sync_to_async(factories.make_deployment)("live-many", red)
+    group = f"deployment-{deployment.pk}"
+    tabs = [connect(bob, group) for _ in range(3)]
+    for tab in tabs:
+        await joined(tab)
+    one_too_many = connect(bob, group)
+    connected, code = await one_too_many.connect()
+    assert not connected and code == 4429
+    await tabs[0].disconnect()
+    again = connect(bob, group)
+    await joined(again)
+    for tab in [*tabs[1:], again]:
+        await tab.disconnect()

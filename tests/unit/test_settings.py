@@ -63,6 +63,7 @@ def test_good_settings_start():
         ("BERTH_REPLY_WAIT_S", "5", "BERTH_REPLY_WAIT_S=5 is outside 10..1800"),
         ("BERTH_REPLY_WAIT_S", "soon", "BERTH_REPLY_WAIT_S='soon' is not a whole number"),
         ("BERTH_CREDENTIALS_KEY", None, "BERTH_CREDENTIALS_KEY is not set"),
+        ("BERTH_SOCKETS_PER_USER", "0", "BERTH_SOCKETS_PER_USER=0 is outside 1..10000"),
         ("BERTH_GATEWAY_MAX_BODY_MIB", "0", "BERTH_GATEWAY_MAX_BODY_MIB=0 is outside 1..1024"),
         (
             "BERTH_GATEWAY_KEY_CONCURRENT",
