@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from clusters.backends import isolation, supervisor
+from clusters.backends.argv import flag_value, without_flag
 from clusters.backends.base import (
     BackendError,
     CopyHandle,
@@ -71,17 +72,6 @@ class WaitForRoom(BackendError):
 # ---------------------------------------------------------------- checks before a launch
 
 
-def flag_value(argv: Sequence[str], flag: str) -> str | None:
-    """The value of ``--flag VALUE`` or ``--flag=VALUE`` (the last one wins, as in argparse)."""
-    found = None
-    for position, arg in enumerate(argv):
-        if arg == flag and position + 1 < len(argv):
-            found = argv[position + 1]
-        elif arg.startswith(flag + "="):
-            found = arg.split("=", 1)[1]
-    return found
-
-
 def engine_port(argv: Sequence[str], spec_port: int) -> int:
     """The port the engine will listen on: the argv's ``--port``, which must match the spec's."""
     text = flag_value(argv, "--port")
@@ -98,20 +88,6 @@ def engine_port(argv: Sequence[str], spec_port: int) -> int:
     if not 0 < port < 65536:
         raise BackendError(f"--port {port} is not a port an engine can listen on")
     return port
-
-
-def without_flag(argv: Sequence[str], flag: str) -> list[str]:
-    """argv with every `--flag VALUE` and `--flag=VALUE` taken out."""
-    kept: list[str] = []
-    skip = False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg == flag:
-            skip = True
-        elif not arg.startswith(flag + "="):
-            kept.append(arg)
-    return kept
 
 
 def on_socket(argv: Sequence[str], path: Path) -> list[str]:

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from clusters.backends.argv import flag_value, with_flag
 from clusters.backends.base import BackendError, CopySpec
 from clusters.backends.kubernetes.discovery import (
     AMD_GPU,
@@ -109,29 +110,6 @@ def copy_selector(copy_id: int) -> dict[str, str]:
 
 
 # --- the engine's command line -----------------------------------------------------------------
-
-
-def flag_value(args: Sequence[str], flag: str) -> str | None:
-    for position, item in enumerate(args):
-        if item == flag and position + 1 < len(args):
-            return args[position + 1]
-        if item.startswith(flag + "="):
-            return item.split("=", 1)[1]
-    return None
-
-
-def with_flag(args: list[str], flag: str, value: str) -> list[str]:
-    """args with `flag` set to `value` (replaced where given, appended where not)."""
-    result: list[str] = []
-    skip = False
-    for item in args:
-        if skip:
-            skip = False
-        elif item == flag:
-            skip = True
-        elif not item.startswith(flag + "="):
-            result.append(item)
-    return [*result, flag, value]
 
 
 def engine_args(argv: Sequence[str], default_port: int) -> EngineArgs:
