@@ -14,6 +14,15 @@ from gateway import conf
 from gateway.errors import GatewayError
 
 WINDOW_S = 60.0
+MAX_KEYS = 10_000  # past this many keys counted, the idle ones are forgotten
+
+
+class TooMany(GatewayError):
+    """A request over a key's limit: 429, and when to try again."""
+
+    def __init__(self, message: str, retry_after_s: int) -> None:
+        super().__init__(429, message)
+        self.retry_after_s = retry_after_s
 
 
 @dataclass
@@ -29,13 +38,15 @@ class KeyLimits:
 
     def admit(self, key_id: int) -> None:
         """Count a request of this key in, or refuse it (GatewayError 429)."""
-        use = self.uses.setdefault(key_id, KeyUse())
         now = time.monotonic()
+        if len(self.uses) > MAX_KEYS:
+            self.forget_idle(now)
+        use = self.uses.setdefault(key_id, KeyUse())
         while use.started and use.started[0] <= now - WINDOW_S:
             use.started.popleft()
         if use.running >= conf.key_concurrent():
             self.refused["concurrent"] += 1
-            raise too_many(
+            raise TooMany(
                 f"This API key has {use.running} requests running, its limit "
                 f"(BERTH_GATEWAY_KEY_CONCURRENT): wait for one to finish.",
                 1,
@@ -43,7 +54,7 @@ class KeyLimits:
         if len(use.started) >= conf.key_per_minute():
             self.refused["per_minute"] += 1
             wait = max(1, math.ceil(use.started[0] + WINDOW_S - now))
-            raise too_many(
+            raise TooMany(
                 f"This API key started {len(use.started)} requests in the last minute, its limit "
                 f"(BERTH_GATEWAY_KEY_PER_MINUTE): try again in {wait} s.",
                 wait,
@@ -51,17 +62,14 @@ class KeyLimits:
         use.running += 1
         use.started.append(now)
 
+    def forget_idle(self, now: float) -> None:
+        """Keys with nothing running and nothing started within the window count nothing."""
+        for key_id, use in list(self.uses.items()):
+            if not use.running and (not use.started or use.started[-1] <= now - WINDOW_S):
+                del self.uses[key_id]
+
     def done(self, key_id: int) -> None:
         use = self.uses.get(key_id)
-        if use is not None:
-            use.running = max(0, use.running - 1)
-
-
-class TooMany(GatewayError):
-    def __init__(self, message: str, retry_after_s: int) -> None:
-        super().__init__(429, message)
-        self.retry_after_s = retry_after_s
-
-
-def too_many(message: str, retry_after_s: int) -> TooMany:
-    return TooMany(message, retry_after_s)
+        if use is None:
+            return
+        use.running = max(0, use.running - 1)
