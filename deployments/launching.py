@@ -179,11 +179,7 @@ def spec_for(copy: Copy, port: int = 0, api_key: str = "") -> CopySpec:
         on_cpu=facts.on_cpu,
         model_files=local_model_files(deployment),
         install_id=install_id(),
-        cache_owner=(
-            deployment.team.name
-            if trust.kept_per_team(deployment.model, deployment.revision)
-            else ""
-        ),
+        cache_owner=deployment.team.name if own_cache(deployment) else "",
         secret_env=key_environment(deployment.variant.engine, api_key) if api_key else {},
     )
 

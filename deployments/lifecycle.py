@@ -35,7 +35,7 @@ PLACEABLE_DEPLOYMENTS = frozenset(
 STOPPABLE_COPIES = frozenset({C.COPYING_FILES, C.STARTING, C.READY})
 # A copy in one of these may have an engine running (or about to): its engine is owned. An
 # engine of a copy in any other state (or of no copy at all) is a stray the reconciler stops.
-MAY_HAVE_ENGINE = frozenset({C.COPYING_FILES, C.STARTING, C.READY, C.STOPPING})
+MAY_HAVE_ENGINE = STOPPABLE_COPIES | {C.STOPPING}
 
 
 def enqueue(task_name: str, *ids: int) -> None:

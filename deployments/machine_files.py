@@ -48,7 +48,7 @@ def model_files(server_copy: ServerModel, team: Team | None = None) -> ModelFile
     team's Hugging Face token goes with them (a cluster that fetches them itself needs it for
     a gated model)."""
     variant = server_copy.variant
-    own_cache = team is not None and trust.kept_per_team(variant.model, server_copy.revision)
+    kept_per_team = team is not None and trust.kept_per_team(variant.model, server_copy.revision)
     return ModelFiles(
         repo_id=variant.repo_id,
         revision=server_copy.revision,
@@ -58,7 +58,7 @@ def model_files(server_copy: ServerModel, team: Team | None = None) -> ModelFile
         files=tuple((str(name), int(size)) for name, size in server_copy.files or ()),
         token_owner=team.name if team else "",
         token=team.hf_token() if team else "",
-        cache_owner=team.name if own_cache and team else "",
+        cache_owner=team.name if team is not None and kept_per_team else "",
     )
 
 

@@ -22,24 +22,22 @@ def flush_s() -> float:
     return seconds("GATEWAY_FLUSH_S", "BERTH_GATEWAY_FLUSH_S", 60.0, 0.1, 3600)
 
 
-def whole(setting: str, env: str, default: int, low: int, high: int) -> int:
-    value = getattr(settings, setting, None)
-    return int(value) if value is not None else env_int(env, default, low=low, high=high)
+# The limits are read (and checked) with the other settings at start-up (console/settings.py).
 
 
 def max_body_bytes() -> int:
     """The largest request body the gateway reads (bigger ones are answered 413)."""
-    return whole("GATEWAY_MAX_BODY_MIB", "BERTH_GATEWAY_MAX_BODY_MIB", 8, 1, 1024) << 20
+    return int(settings.GATEWAY_MAX_BODY_MIB) << 20
 
 
 def key_concurrent() -> int:
     """Requests one API key may have running at once (more are answered 429)."""
-    return whole("GATEWAY_KEY_CONCURRENT", "BERTH_GATEWAY_KEY_CONCURRENT", 256, 1, 100_000)
+    return int(settings.GATEWAY_KEY_CONCURRENT)
 
 
 def key_per_minute() -> int:
     """Requests one API key may start within a minute (more are answered 429)."""
-    return whole("GATEWAY_KEY_PER_MINUTE", "BERTH_GATEWAY_KEY_PER_MINUTE", 6000, 1, 10_000_000)
+    return int(settings.GATEWAY_KEY_PER_MINUTE)
 
 
 def gateway_port() -> int:

@@ -2,7 +2,7 @@
 
 A key's owner, staff flag, teams and scope are cached for ``KEY_TTL_S`` (never past the key's
 expiry). A revoked key or a changed membership is forgotten at once: the change is announced on
-the access group (console/live.py), which the gateway follows (service.follow_access). Unknown
+the access group (console/live.py), which the gateway follows (service.follow_broadcasts). Unknown
 secrets are remembered briefly, in a bounded cache of their own, so that a client retrying a bad
 key does not hammer the database and a flood of made-up keys never evicts a valid caller.
 """

@@ -50,9 +50,9 @@ def totals(caller: Caller) -> list[dict[str, Any]]:
     by_label: dict[str, dict[str, Any]] = {}
     for row in grouped:
         label = row["deployment_name"] + ("" if row["deployment_id"] else " (deleted)")
-        kept = by_label.setdefault(label, {"deployment_name": label, **dict.fromkeys(SUMMED)})
+        kept = by_label.setdefault(label, {"deployment_name": label, **dict.fromkeys(SUMMED, 0)})
         for name in SUMMED:
-            kept[name] = (kept[name] or 0) + (row[name] or 0)
+            kept[name] += row[name] or 0
     return sorted(by_label.values(), key=lambda row: row["deployment_name"])
 
 
