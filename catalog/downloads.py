@@ -6,8 +6,8 @@ task delivered twice downloads once. It resolves the revision to a commit, lists
 variant's files, and fetches them with huggingface_hub's snapshot_download (allow-patterns,
 resumable: partial files stay under the folder's .cache and a later attempt continues them)
 while the worker's main thread saves the progress and speed every second. Every change of
-state or progress tells the deployments that wait for it (lifecycle.model_files_changed), on
-commit.
+state or progress tells the deployments that wait for it (the signal
+`catalog.signals.server_files_changed`, which deployments connects), on commit.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from django.utils import timezone
 from huggingface_hub import snapshot_download
 from huggingface_hub.utils import disable_progress_bars
 
-from catalog import hub
+from catalog import hub, signals
 from catalog.hub import Access, HubProblem
 from catalog.models import ServerModel, ServerModelState, Variant
 from catalog.variants import RepoFile, select_files
@@ -73,9 +73,7 @@ def access_for(row: ServerModel) -> Access:
 def files_changed(row_id: int) -> None:
     """Deployments waiting for these files go on, fail, or say how far the download got; the
     pages that show the download get its new state and bytes pushed to them."""
-    from deployments import lifecycle
-
-    transaction.on_commit(lambda: lifecycle.model_files_changed(row_id))
+    transaction.on_commit(lambda: signals.server_files_changed.send(ServerModel, row_id=row_id))
     model_id = ServerModel.objects.filter(pk=row_id).values_list("variant__model_id", flat=True)
     for model in model_id:
         live.server_model_changed(row_id, model)
@@ -138,24 +136,11 @@ def try_again(row: ServerModel, actor: Any) -> ServerModel:
         return again
 
 
-def users_of(row: ServerModel) -> list[str]:
-    """Deployments that use the variant's files: every one not stopped."""
-    from deployments.choices import DeploymentState
-    from deployments.models import Deployment
-
-    using = Deployment.objects.filter(variant_id=row.variant_id)
-    return list(using.exclude(state=DeploymentState.STOPPED).values_list("name", flat=True))
-
-
-def delete_files(row: ServerModel, actor: Any) -> str:
-    """Delete the files Berth downloaded and forget the row; says what was done."""
+def forget_files(row: ServerModel, actor: Any) -> str:
+    """Delete the files Berth downloaded and forget the row; says what was done. Whether a
+    deployment still uses them is the caller's check (deployments.actions.delete_server_files)."""
     if row.in_progress:
         raise DownloadRefused("The download is still running: wait until it ends.")
-    users = users_of(row)
-    if users:
-        raise DownloadRefused(
-            f"Deployments use these files: {', '.join(sorted(users))}. Stop them first."
-        )
     folder = Path(row.path) if row.path else None
     ServerModel.objects.filter(pk=row.pk).delete()
     log.info("%s deleted the files of %s (%s)", actor, row, row.path)

@@ -15,7 +15,7 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
-from catalog import adding, downloads, guidance, trust
+from catalog import adding, downloads, trust
 from catalog.forms import AddFromHubForm, AddFromPathForm, DownloadForm, MarketplaceFilter
 from catalog.hub import Access, HubProblem
 from catalog.models import Model, ServerModel, ServerModelState
@@ -25,6 +25,7 @@ from console.access import (
     require_operator_somewhere,
     require_platform_admin,
 )
+from deployments import actions, guidance
 
 
 def ready_model_ids() -> set[int]:
@@ -185,7 +186,7 @@ def delete_files(request: HttpRequest, pk: int) -> HttpResponse:
     require_platform_admin(request.user)
     row = get_object_or_404(ServerModel.objects.select_related("variant__model"), pk=pk)
     try:
-        done = downloads.delete_files(row, request.user)
+        done = actions.delete_server_files(request.user, row)
     except downloads.DownloadRefused as refused:
         messages.error(request, f"Not deleted: {refused}")
     else:

@@ -11,7 +11,7 @@ from django.shortcuts import get_object_or_404, render
 
 from clusters.backends import isolation
 from clusters.models import Accelerator, Cluster, ClusterKind, Machine
-from console.access import visible_deployments
+from deployments.access import visible_deployments
 from deployments.models import Reservation
 
 LOCAL_KINDS = {ClusterKind.STANDALONE, ClusterKind.SIMULATOR}

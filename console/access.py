@@ -9,10 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
-from django.db.models import QuerySet
-from django.http import Http404
 
-from console import live
 from console.models import ROLE_RANK, Membership, Role
 
 NEEDS_VIEW = Role.VIEWER
@@ -50,26 +47,6 @@ def can_operate_somewhere(user: Any) -> bool:
     )
 
 
-def visible_deployments(user: Any) -> QuerySet[Any]:
-    from deployments.models import Deployment
-
-    deployments = Deployment.objects.select_related("team", "cluster", "model", "variant")
-    if is_platform_admin(user):
-        return deployments
-    return deployments.filter(team_id__in=list(team_roles(user)))
-
-
-def get_deployment(user: Any, pk: int, needed: str = NEEDS_VIEW) -> Any:
-    """The deployment if the user may act on it; "not found" when it is not in their teams,
-    403 when they may see it but their role there is too low."""
-    deployment = visible_deployments(user).filter(pk=pk).first()
-    if deployment is None:
-        raise Http404("No such deployment in your teams.")
-    if not has_role(user, deployment.team_id, needed):
-        raise PermissionDenied("Your role in this deployment's team only lets you read it.")
-    return deployment
-
-
 def require_platform_admin(user: Any) -> None:
     if not is_platform_admin(user):
         raise PermissionDenied("Only platform admins may do this.")
@@ -78,27 +55,3 @@ def require_platform_admin(user: Any) -> None:
 def require_operator_somewhere(user: Any) -> None:
     if not can_operate_somewhere(user):
         raise PermissionDenied("Only operators may do this.")
-
-
-def still_may_view(user_id: int, group: str) -> Any:
-    """The user as the database has it now (after a change of its roles), if it may still
-    view the group; else None."""
-    from django.contrib.auth import get_user_model
-
-    user = get_user_model().objects.filter(pk=user_id).first()
-    return user if user is not None and can_view_group(user, group) else None
-
-
-def can_view_group(user: Any, group: str) -> bool:
-    """Whether a WebSocket may join a live group (same rules as the pages)."""
-    if not (user.is_authenticated and user.is_active):
-        return False
-    if group in ("deployments", live.MODELS_GROUP):
-        return True
-    kind, _, rest = group.partition("-")
-    ident = rest.removesuffix("-logs")
-    if not ident.isdigit():
-        return False
-    if kind == "deployment":
-        return visible_deployments(user).filter(pk=int(ident)).exists()
-    return kind in {"cluster", "model"}

@@ -14,9 +14,10 @@ from typing import Any
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
+from django.contrib.auth import get_user_model
 
 from console import live
-from console.access import can_view_group, still_may_view
+from deployments.access import visible_deployments
 
 
 def csrf_token_from(scope: dict[str, Any]) -> str:
@@ -25,6 +26,28 @@ def csrf_token_from(scope: dict[str, Any]) -> str:
 
     secret = scope.get("cookies", {}).get("csrftoken", "")
     return _mask_cipher_secret(secret) if len(secret) == 32 else ""
+
+
+def still_may_view(user_id: int, group: str) -> Any:
+    """The user as the database has it now (after a change of its roles), if it may still
+    view the group; else None."""
+    user = get_user_model().objects.filter(pk=user_id).first()
+    return user if user is not None and can_view_group(user, group) else None
+
+
+def can_view_group(user: Any, group: str) -> bool:
+    """Whether a WebSocket may join a live group (same rules as the pages)."""
+    if not (user.is_authenticated and user.is_active):
+        return False
+    if group in ("deployments", live.MODELS_GROUP):
+        return True
+    kind, _, rest = group.partition("-")
+    ident = rest.removesuffix("-logs")
+    if not ident.isdigit():
+        return False
+    if kind == "deployment":
+        return visible_deployments(user).filter(pk=int(ident)).exists()
+    return kind in {"cluster", "model"}
 
 
 class LiveConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]

@@ -9,7 +9,8 @@ from django.db.models import Count, Q
 from django.template.loader import render_to_string
 
 from console import live
-from console.access import NEEDS_OPERATE, has_role, visible_deployments
+from console.access import NEEDS_OPERATE, has_role
+from deployments.access import visible_deployments
 from deployments.choices import CopyState
 
 MAX_LINES_PER_MESSAGE = 500

@@ -11,8 +11,8 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
-from catalog import gated
-from catalog.models import Model, Variant
+from catalog import downloads, gated
+from catalog.models import Model, ServerModel, Variant
 from clusters.models import Cluster
 from console.models import SLUG_PATTERN, Team
 from deployments import lifecycle, transitions
@@ -356,3 +356,19 @@ def check_now(actor: Any, deployment: Deployment) -> Deployment:
         else:
             lifecycle.enqueue("check_deployment", deployment.pk)
     return Deployment.objects.get(pk=deployment.pk)
+
+
+def deployments_using(row: ServerModel) -> list[str]:
+    """Deployments that use a variant's files on this server: every one not stopped."""
+    using = Deployment.objects.filter(variant_id=row.variant_id)
+    return list(using.exclude(state=D.STOPPED).values_list("name", flat=True))
+
+
+def delete_server_files(actor: Any, row: ServerModel) -> str:
+    """Delete a variant's files from this server, never while a deployment uses them."""
+    users = deployments_using(row)
+    if users:
+        raise downloads.DownloadRefused(
+            f"Deployments use these files: {', '.join(sorted(users))}. Stop them first."
+        )
+    return downloads.forget_files(row, actor)

@@ -3,7 +3,7 @@ and check the fit or estimate the memory of a model before hosting it.
 
 It also holds the API's shared vocabulary (the error body, strict input schemas, GiB), which
 catalog/api.py and clusters/api.py import; console/api_v1.py assembles the routers into the API.
-Changes go through deployments.actions only; access through console.access.
+Changes go through deployments.actions only; access through deployments.access.
 """
 
 from __future__ import annotations
@@ -23,10 +23,11 @@ from pydantic import AfterValidator, ConfigDict, WithJsonSchema
 import placement
 from catalog.models import Model, Variant
 from clusters.models import Accelerator, Cluster
-from console.access import NEEDS_OPERATE, get_deployment, has_role, team_roles, visible_deployments
+from console.access import NEEDS_OPERATE, has_role, team_roles
 from console.access import is_platform_admin as is_staff_admin
 from console.models import Team
 from deployments import actions, machine_files
+from deployments.access import get_deployment, visible_deployments
 from deployments.actions import ActionRefused, HostRequest
 from deployments.choices import CopyState
 from deployments.engine.settings import CATALOG as ENGINE_SETTINGS

@@ -25,8 +25,9 @@ from django.views.decorators.http import require_POST
 from catalog import trust
 from catalog.models import Model, Variant
 from clusters.models import Cluster
-from console.access import NEEDS_OPERATE, get_deployment
+from console.access import NEEDS_OPERATE
 from deployments import actions, launching
+from deployments.access import get_deployment
 from deployments.engine import presets, reviewed, suggestions
 from deployments.engine.argv import LaunchFacts, cpu_threads, preview_argv
 from deployments.engine.context import EngineContext

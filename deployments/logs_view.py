@@ -9,7 +9,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
 
-from console.access import get_deployment
+from deployments.access import get_deployment
 from deployments.choices import LogStream
 from deployments.models import LogLine
 

@@ -18,8 +18,8 @@ import placement
 from catalog.facts import engine_settings, model_facts
 from catalog.models import Model, Variant
 from clusters.models import Accelerator, Cluster, Machine
-from clusters.snapshot import inventory_for
 from deployments.models import Copy, Deployment, Reservation
+from deployments.snapshot import inventory_for
 
 
 def placement_request(

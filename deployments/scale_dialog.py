@@ -17,13 +17,14 @@ from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 
 import placement
-from clusters.snapshot import inventory_for, reservation_to_inventory
-from console.access import NEEDS_OPERATE, get_deployment
+from console.access import NEEDS_OPERATE
 from deployments import actions
+from deployments.access import get_deployment
 from deployments.engine.context import DEFAULT_SHARE, SHARED_LIMIT
 from deployments.engine.variants import Hardware, hardware_of
 from deployments.models import Deployment, Reservation
 from deployments.placing import for_cluster, placement_request
+from deployments.snapshot import inventory_for, reservation_to_inventory
 from deployments.wizard_forms import size_label, size_text
 
 

@@ -14,8 +14,9 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from catalog.models import Model
 from clusters.models import Cluster
-from console.access import NEEDS_OPERATE, get_deployment, has_role, visible_deployments
+from console.access import NEEDS_OPERATE, has_role
 from deployments import actions, figures, machine_files
+from deployments.access import get_deployment, visible_deployments
 from deployments.choices import DEPLOYMENT_ACTIVE, DEPLOYMENT_SERVING, CopyState, DeploymentState
 from deployments.models import Deployment, Reservation
 

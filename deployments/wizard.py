@@ -26,7 +26,6 @@ from django.views.decorators.http import require_POST
 
 from catalog.models import Model, ServerModel, ServerModelState, Variant
 from clusters.models import Cluster
-from clusters.snapshot import inventory_for
 from console.access import is_platform_admin, require_operator_somewhere, team_roles
 from console.models import ROLE_RANK, Role, Team
 from deployments import actions, editor, scale_dialog
@@ -34,6 +33,7 @@ from deployments.engine import presets, suggestions
 from deployments.engine.variants import advise, hardware_of, pick
 from deployments.models import Deployment
 from deployments.placing import fit_check, for_cluster, placement_request
+from deployments.snapshot import inventory_for
 from deployments.wizard_forms import ReviewForm, WhereForm, size_choices, size_text
 
 DRAFTS_KEY = "berth_wizard_drafts"

@@ -17,7 +17,7 @@ from django.http.response import HttpResponseBase
 from django.shortcuts import render
 from django.views.decorators.http import require_POST
 
-from console.access import visible_deployments
+from deployments.access import visible_deployments
 from deployments.choices import CopyState
 from gateway import service
 from gateway.keys import caller_of

@@ -108,7 +108,8 @@ def test_a_user_without_teams_sees_no_deployments(as_dave, red_deployment):
 def test_operator_in_one_team_and_viewer_in_another_can_change_only_the_first(
     bob, red_deployment, blue_deployment
 ):
-    from console.access import NEEDS_OPERATE, get_deployment
+    from console.access import NEEDS_OPERATE
+    from deployments.access import get_deployment
 
     assert get_deployment(bob, red_deployment.pk, NEEDS_OPERATE) == red_deployment
     assert get_deployment(bob, blue_deployment.pk) == blue_deployment

@@ -11,6 +11,7 @@ from django.core.management import call_command
 from catalog import adding, downloads, trust
 from catalog.models import ServerModel
 from console.models import ApiKey, AuditEntry
+from deployments import actions
 from tests import factories
 
 pytestmark = pytest.mark.django_db
@@ -55,7 +56,7 @@ def test_downloads_and_file_deletions_are_audited_with_the_team(bob, red, tmp_pa
     downloads.try_again(ServerModel.objects.get(pk=row.pk), bob)
     assert AuditEntry.objects.filter(action="download.retried", team=red).exists()
     ServerModel.objects.filter(pk=row.pk).update(state="ready")
-    words = downloads.delete_files(ServerModel.objects.get(pk=row.pk), bob)
+    words = actions.delete_server_files(bob, ServerModel.objects.get(pk=row.pk))
     deleted = AuditEntry.objects.get(action="files.deleted")
     assert deleted.message == words and deleted.actor == bob
 

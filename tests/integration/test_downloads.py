@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from catalog import downloads, hub, tasks
 from catalog.models import ServerModel, Variant
+from deployments import actions
 from deployments.choices import DeploymentState
 from deployments.guard import state_change_allowed
 from deployments.models import Deployment
@@ -281,10 +282,10 @@ def test_delete_files_is_refused_while_a_deployment_uses_them_and_removes_them_a
     row = download(variant, "", red, alice)
     deployment = factories.make_deployment("uses-it", red, model=variant.model)
     with pytest.raises(downloads.DownloadRefused, match="Deployments use these files: uses-it"):
-        downloads.delete_files(row, alice)
+        actions.delete_server_files(alice, row)
     with state_change_allowed():
         Deployment.objects.filter(pk=deployment.pk).update(state=DeploymentState.STOPPED)
-    assert downloads.delete_files(row, alice) == f"Deleted the files of {variant}."
+    assert actions.delete_server_files(alice, row) == f"Deleted the files of {variant}."
     assert not Path(row.path).exists() and not ServerModel.objects.filter(pk=row.pk).exists()
 
 

@@ -16,11 +16,11 @@ from kubernetes import client
 from clusters.backends.base import CopySpec
 from clusters.models import Cluster, ClusterKind, Machine
 from clusters.registry import backend_for, install_id
-from clusters.watcher import stopped_running
 from deployments import launching, reconciler
 from deployments.choices import CopyState
 from deployments.guard import state_change_allowed
 from deployments.models import Copy, Event, Reservation
+from deployments.watcher import stopped_running
 from tests import factories
 
 pytestmark = pytest.mark.django_db

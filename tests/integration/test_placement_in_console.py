@@ -13,9 +13,9 @@ from django.db import connections
 
 from catalog.models import Model
 from clusters.models import Accelerator, Cluster, Machine, SharingClass
-from clusters.snapshot import inventory_for
 from deployments.models import Copy, Deployment, Reservation
 from deployments.placing import fit_check, request_for, reserve
+from deployments.snapshot import inventory_for
 from tests import factories
 
 GIB = 2**30

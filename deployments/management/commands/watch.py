@@ -4,7 +4,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from clusters.watcher import watch_all
+from deployments.watcher import watch_all
 
 
 class Command(BaseCommand):
