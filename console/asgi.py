@@ -15,7 +15,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402  (needs Django set u
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
-from console.demo import refuse_demo_passwords  # noqa: E402
+from console.demo_passwords import refuse_demo_passwords  # noqa: E402
 from console.routing import websocket_urls  # noqa: E402
 from gateway.app import in_front_of  # noqa: E402
 

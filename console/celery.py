@@ -17,7 +17,7 @@ def refuse_demo_passwords_at_start(**kwargs: object) -> None:
     """Celery only logs what a signal's receiver raises: the worker must exit, saying why."""
     from django.core.exceptions import ImproperlyConfigured
 
-    from console.demo import refuse_demo_passwords
+    from console.demo_passwords import refuse_demo_passwords
 
     try:
         refuse_demo_passwords("worker")

@@ -17,7 +17,7 @@ MAX_LINES_PER_MESSAGE = 500
 
 
 def deployment_parts(user: Any, deployment_id: int, csrf_token: str) -> str:
-    from deployments.views import copies_with_placement
+    from deployments.views.deployments import copies_with_placement
 
     deployment = visible_deployments(user).filter(pk=deployment_id).first()
     if deployment is None:
@@ -69,7 +69,7 @@ def deployment_row(user: Any, deployment_id: int, csrf_token: str) -> str:
 
 def log_lines_after(user: Any, deployment_id: int, after: int) -> tuple[str, int]:
     """The lines after seq `after` as rows to append, and the last seq among them."""
-    from deployments.logs_view import lines_after
+    from deployments.log_search import lines_after
 
     if not visible_deployments(user).filter(pk=deployment_id).exists():
         return "", after
@@ -81,7 +81,7 @@ def log_lines_after(user: Any, deployment_id: int, after: int) -> tuple[str, int
 
 
 def log_replay_start(user: Any, deployment_id: int, after: int) -> int:
-    from deployments.logs_view import replay_start
+    from deployments.log_search import replay_start
 
     if not visible_deployments(user).filter(pk=deployment_id).exists():
         return after

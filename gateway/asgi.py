@@ -13,7 +13,7 @@ import django
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 django.setup()
 
-from console.demo import refuse_demo_passwords  # noqa: E402
+from console.demo_passwords import refuse_demo_passwords  # noqa: E402
 from gateway.app import application  # noqa: E402  (needs Django set up first)
 
 refuse_demo_passwords("gateway")

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from gateway import views
+from gateway.views import chat as views
 
 urlpatterns = [
     path("", views.chat, name="chat"),

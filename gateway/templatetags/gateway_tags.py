@@ -7,16 +7,16 @@ from typing import Any
 
 from django import template
 
-from gateway import pages
+from gateway.views import panel
 
 register = template.Library()
 
 
 @register.simple_tag(takes_context=True)
 def gateway_endpoints(context: template.Context, deployment: Any) -> dict[str, Any]:
-    return pages.endpoints(context["request"], deployment)
+    return panel.endpoints(context["request"], deployment)
 
 
 @register.simple_tag
 def gateway_figures(deployment: Any) -> dict[str, Any]:
-    return pages.figures(deployment)
+    return panel.figures(deployment)

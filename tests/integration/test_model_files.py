@@ -295,7 +295,8 @@ def test_the_files_carry_the_teams_token_by_name_and_never_show_it(red):
 
 
 def test_on_kubernetes_the_engine_names_the_commit_its_cache_was_filled_at(red):
-    from deployments import editor, launching
+    from deployments import launching
+    from deployments.views import editor
     from tests import factories
 
     kube = Cluster.objects.create(name="kube", kind="kubernetes", namespace="berth")

@@ -16,7 +16,7 @@ from clusters.models import Accelerator, Cluster
 from deployments import lifecycle
 from deployments.models import Deployment, Reservation
 from gateway.models import MinuteFigures
-from gateway.pages import figures
+from gateway.views.panel import figures
 from tests import factories
 
 pytestmark = pytest.mark.django_db

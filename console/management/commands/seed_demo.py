@@ -3,7 +3,8 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from console.demo import DEMO_USERS, seed_demo
+from console.demo import seed_demo
+from console.demo_passwords import DEMO_USERS
 
 
 class Command(BaseCommand):

@@ -1,4 +1,4 @@
-"""The fit check in words (for the wizard and the scale dialog), and the scale dialog.
+"""The fit check in words, for the wizard and the scale dialog, and the sizes of a copy in words.
 
 The words come from placement's answer: how many copies fit now and on the empty cluster, what one
 copy needs (the estimate's parts) against what each accelerator has, the NoFit reason with its
@@ -12,20 +12,40 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
 
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
-from django.views.decorators.cache import never_cache
-
 import placement
-from console.access import NEEDS_OPERATE
-from deployments import actions
-from deployments.access import get_deployment
 from deployments.engine.context import DEFAULT_SHARE, SHARED_LIMIT
 from deployments.engine.variants import Hardware, hardware_of
 from deployments.models import Deployment, Reservation
 from deployments.placing import for_cluster, placement_request
 from deployments.snapshot import inventory_for, reservation_to_inventory
-from deployments.wizard_forms import size_label, size_text
+
+SIZE_CHOICES = [
+    ("0.25", "¼ of an accelerator"),
+    ("0.333", "⅓ of an accelerator"),
+    ("0.5", "½ of an accelerator"),
+    ("0.75", "¾ of an accelerator"),
+    ("1", "1 accelerator"),
+    ("2", "2 accelerators (split)"),
+    ("4", "4 accelerators (split)"),
+    ("8", "8 accelerators (split)"),
+]
+FRACTIONS = {"0.25": "¼", "0.333": "⅓", "0.5": "½", "0.75": "¾"}
+
+
+def size_text(size: Any) -> str:
+    """A size as the forms carry it: 0.5, 1, 2 (no trailing zeros)."""
+    value = Decimal(str(size)).normalize()
+    return format(value, "f")
+
+
+def size_label(size: Any) -> str:
+    text = size_text(size)
+    if text in FRACTIONS:
+        return f"{FRACTIONS[text]} of an accelerator"
+    value = Decimal(text)
+    if value < 1:
+        return f"{text} of an accelerator"
+    return "1 accelerator" if value == 1 else f"{text} accelerators (split)"
 
 
 def gib(value: float) -> str:
@@ -279,45 +299,3 @@ def cannot_start_words(fit: FitWords, copies: int) -> str:
         else "Free room on the cluster, make each copy smaller, or add a machine to the cluster."
     )
     return f"{missing} cannot start: {reason}. {fix}"
-
-
-def scale_values(deployment: Deployment, query: Any) -> tuple[int, Decimal, str]:
-    """The copies and size asked for in the query string (the deployment's own by default)."""
-    try:
-        copies = actions.parse_copies(query.get("copies") or str(deployment.copies_wanted))
-        size = actions.parse_size(
-            query.get("accelerators_per_copy") or deployment.accelerators_per_copy
-        )
-    except actions.ActionRefused as refused:
-        return deployment.copies_wanted, deployment.accelerators_per_copy, refused.message
-    return copies, size, ""
-
-
-def dialog_context(deployment: Deployment, query: Any) -> dict[str, Any]:
-    copies, size, problem = scale_values(deployment, query)
-    return {
-        "deployment": deployment,
-        "copies": copies,
-        "size": size_text(size),
-        "size_editable": deployment.accelerators_per_copy <= 1,
-        "scale": scale_words(deployment, copies, size),
-        "problem": problem,
-    }
-
-
-@never_cache
-def scale_dialog(request: HttpRequest, pk: int) -> HttpResponse:
-    """The Scale dialog with a live fit check; it posts to deployment_scale."""
-    deployment = get_deployment(request.user, pk, NEEDS_OPERATE)
-    context = dialog_context(deployment, request.GET)
-    if getattr(request, "htmx", False):
-        return render(request, "deployments/_scale_dialog.html", context)
-    return render(request, "deployments/editor/scale_page.html", context)
-
-
-def scale_fit(request: HttpRequest, pk: int) -> HttpResponse:
-    """The dialog's fit check for the values typed so far (htmx)."""
-    deployment = get_deployment(request.user, pk, NEEDS_OPERATE)
-    return render(
-        request, "deployments/editor/_scale_fit.html", dialog_context(deployment, request.GET)
-    )

@@ -5,55 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
 
 from deployments.access import get_deployment
 from deployments.choices import LogStream
+from deployments.log_search import LEVELS, PAGE, filtered, page_of
 from deployments.models import LogLine
-
-PAGE = 200
-LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
-
-
-def filtered(deployment_id: int, params: Any) -> QuerySet[LogLine]:
-    """The lines the filters select: level (and above), stream, machine, and a search."""
-    lines = LogLine.objects.filter(deployment_id=deployment_id)
-    level = params.get("level", "")
-    if level in LEVELS:
-        lines = lines.filter(level__in=LEVELS[LEVELS.index(level) :])
-    if params.get("stream") in LogStream.values:
-        lines = lines.filter(stream=params["stream"])
-    if params.get("machine"):
-        lines = lines.filter(machine_name=params["machine"])
-    if params.get("q"):
-        lines = lines.filter(text__icontains=params["q"])
-    if params.get("pattern"):
-        lines = lines.filter(pattern=params["pattern"])
-    return lines
-
-
-def lines_after(deployment_id: int, after: int, limit: int = PAGE) -> list[LogLine]:
-    return list(
-        LogLine.objects.filter(deployment_id=deployment_id, seq__gt=after).order_by("seq")[:limit]
-    )
-
-
-def replay_start(deployment_id: int, after: int) -> int:
-    """Where a log socket's catch-up starts: after `after`, but never more than the newest PAGE
-    lines back (a reconnect with after=0 does not replay the whole retention; older lines are
-    the page's to load)."""
-    newest = LogLine.objects.filter(deployment_id=deployment_id).order_by("-seq")
-    floor = list(newest.values_list("seq", flat=True)[PAGE : PAGE + 1])
-    return max(after, floor[0] if floor else 0)
-
-
-def page_of(lines: QuerySet[LogLine], before: int | None) -> list[LogLine]:
-    """The newest PAGE lines (before a seq, to load older ones on demand), oldest first."""
-    if before is not None:
-        lines = lines.filter(seq__lt=before)
-    return list(reversed(lines.order_by("-seq")[:PAGE]))
 
 
 def as_int(raw: str | None) -> int | None:

@@ -35,9 +35,9 @@ from deployments.engine.settings import CATALOG, EngineSettingsError, validate_s
 from deployments.engine.variants import hardware_of
 from deployments.engine.versions import FlagSpec, flag_list, version_for
 from deployments.engine.warnings import EngineWarning, warnings_for
+from deployments.forms import EngineSettingsForm
 from deployments.models import Deployment
 from deployments.placing import cpu_kv_cache_bytes, fit_check, placement_request
-from deployments.wizard_forms import EngineSettingsForm
 
 MODE_KEY = "berth_editor_mode"
 MODES = ("novice", "advanced")

@@ -28,13 +28,14 @@ from catalog.models import Model, ServerModel, ServerModelState, Variant
 from clusters.models import Cluster
 from console.access import is_platform_admin, require_operator_somewhere, team_roles
 from console.models import ROLE_RANK, Role, Team
-from deployments import actions, editor, scale_dialog
+from deployments import actions, fit_words
 from deployments.engine import presets, suggestions
 from deployments.engine.variants import advise, hardware_of, pick
+from deployments.forms import ReviewForm, WhereForm, size_choices, size_text
 from deployments.models import Deployment
 from deployments.placing import fit_check, for_cluster, placement_request
 from deployments.snapshot import inventory_for
-from deployments.wizard_forms import ReviewForm, WhereForm, size_choices, size_text
+from deployments.views import editor
 
 DRAFTS_KEY = "berth_wizard_drafts"
 MAX_DRAFTS = 20
@@ -301,16 +302,16 @@ def where_form(request: HttpRequest, draft: Draft, data: Any = None, fit: Any = 
     )
 
 
-def fit_for(draft: Draft) -> scale_dialog.FitWords | None:
+def fit_for(draft: Draft) -> fit_words.FitWords | None:
     model, variant, cluster = draft.model, draft.variant, draft.cluster
     if not (model and variant and cluster and draft.size):
         return None
     try:
         asked = placement_request(model, variant, draft.settings, Decimal(draft.size), draft.copies)
     except ValueError as error:
-        return scale_dialog.invalid(error)
+        return fit_words.invalid(error)
     asked = for_cluster(cluster, asked)
-    return scale_dialog.check(inventory_for(cluster), asked, hardware_of(cluster))
+    return fit_words.check(inventory_for(cluster), asked, hardware_of(cluster))
 
 
 def variant_guidance(draft: Draft) -> list[Any]:

@@ -16,34 +16,7 @@ from deployments.engine.context import EngineContext
 from deployments.engine.settings import CATALOG, without_defaults
 from deployments.engine.versions import flag_list
 from deployments.engine.warnings import cap_share
-
-SIZE_CHOICES = [
-    ("0.25", "¼ of an accelerator"),
-    ("0.333", "⅓ of an accelerator"),
-    ("0.5", "½ of an accelerator"),
-    ("0.75", "¾ of an accelerator"),
-    ("1", "1 accelerator"),
-    ("2", "2 accelerators (split)"),
-    ("4", "4 accelerators (split)"),
-    ("8", "8 accelerators (split)"),
-]
-FRACTIONS = {"0.25": "¼", "0.333": "⅓", "0.5": "½", "0.75": "¾"}
-
-
-def size_text(size: Any) -> str:
-    """A size as the forms carry it: 0.5, 1, 2 (no trailing zeros)."""
-    value = Decimal(str(size)).normalize()
-    return format(value, "f")
-
-
-def size_label(size: Any) -> str:
-    text = size_text(size)
-    if text in FRACTIONS:
-        return f"{FRACTIONS[text]} of an accelerator"
-    value = Decimal(text)
-    if value < 1:
-        return f"{text} of an accelerator"
-    return "1 accelerator" if value == 1 else f"{text} accelerators (split)"
+from deployments.fit_words import SIZE_CHOICES, size_label, size_text
 
 
 def size_choices(*extra: Any) -> list[tuple[str, str]]:
