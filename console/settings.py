@@ -24,7 +24,8 @@ DEBUG = env_bool("BERTH_DEBUG", False)
 # Open live sockets one user may hold in one web process (a tab holds two or three).
 SOCKETS_PER_USER = env_int("BERTH_SOCKETS_PER_USER", 100, low=1, high=10_000)
 # A demo (make run): seed_demo may run, and its well-known passwords may stay. Without it, the
-# web, gateway and worker processes refuse to start while a user still has one (console/demo_passwords.py).
+# web, gateway and worker processes refuse to start while a user still has one
+# (console/demo_passwords.py).
 DEMO = env_bool("BERTH_DEMO", False)
 SECRET_KEY = env_str("DJANGO_SECRET_KEY", "insecure-development-key" if DEBUG else None)
 # Encrypts stored credentials (kubeconfigs, tokens). Outside DEBUG it must be given: a key
