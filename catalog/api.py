@@ -8,7 +8,7 @@ from django.http import HttpRequest
 from ninja import Field, Router, Schema
 
 from catalog.models import Model, ServerModelState, Variant
-from deployments.api import ERRORS, gib
+from console.api_schema import ERRORS, gib
 
 router = Router(tags=["catalog"])
 

@@ -186,7 +186,7 @@ def delete_files(request: HttpRequest, pk: int) -> HttpResponse:
     require_platform_admin(request.user)
     row = get_object_or_404(ServerModel.objects.select_related("variant__model"), pk=pk)
     try:
-        done = actions.delete_server_files(request.user, row)
+        done = actions.delete_server_files(request.user, row).words
     except downloads.DownloadRefused as refused:
         messages.error(request, f"Not deleted: {refused}")
     else:

@@ -10,7 +10,7 @@ from django.http import HttpRequest
 from ninja import Field, Router, Schema
 
 from clusters.models import Accelerator, Cluster, Machine
-from deployments.api import ERRORS, gib
+from console.api_schema import ERRORS, gib
 
 router = Router(tags=["clusters"])
 

@@ -28,9 +28,10 @@ from ninja.security import HttpBearer, SessionAuth
 from catalog.api import router as catalog_router
 from clusters.api import router as clusters_router
 from console import keys
+from console.api_schema import InvalidForModel
 from console.keys_api import router as keys_router
 from deployments.actions import ActionRefused
-from deployments.api import InvalidForModel, placement_router
+from deployments.api import placement_router
 from deployments.api import router as deployments_router
 from deployments.transitions import IllegalTransition
 

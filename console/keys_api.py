@@ -11,8 +11,8 @@ from django.shortcuts import get_object_or_404
 from ninja import Field, Router, Schema, Status
 
 from console import keys
+from console.api_schema import ERRORS
 from console.models import ApiKey, KeyScope
-from deployments.api import ERRORS
 
 router = Router(tags=["keys"])
 

@@ -4,33 +4,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
-from django.db.models import Count, Q
 from django.template.loader import render_to_string
 
 from console import live
-from console.access import NEEDS_OPERATE, has_role
 from deployments.access import visible_deployments
-from deployments.choices import CopyState
+from deployments.views import partials
 
 MAX_LINES_PER_MESSAGE = 500
 
 
-def deployment_parts(user: Any, deployment_id: int, csrf_token: str) -> str:
-    from deployments.views.deployments import copies_with_placement
+def out_of_band(csrf_token: str) -> dict[str, Any]:
+    """What a partial sent over a socket needs beyond the page's context: it swaps itself in."""
+    return {"csrf_token": csrf_token, "oob": True}
 
+
+def deployment_parts(user: Any, deployment_id: int, csrf_token: str) -> str:
     deployment = visible_deployments(user).filter(pk=deployment_id).first()
     if deployment is None:
         return ""
-    context = {
-        "deployment": deployment,
-        "copies": copies_with_placement(deployment),
-        "copies_ready": deployment.copies.filter(state=CopyState.READY).count(),
-        "can_operate": has_role(user, deployment.team_id, NEEDS_OPERATE),
-        "csrf_token": csrf_token,
-        "default_reply_wait": settings.GATEWAY_REPLY_WAIT_S,
-        "oob": True,
-    }
+    context = {**partials.health_and_copies(user, deployment), **out_of_band(csrf_token)}
     return render_to_string("deployments/_health.html", context) + render_to_string(
         "deployments/_copies.html", context
     )
@@ -38,32 +30,18 @@ def deployment_parts(user: Any, deployment_id: int, csrf_token: str) -> str:
 
 def machine_files(user: Any, deployment_id: int, csrf_token: str) -> str:
     """The Machines and model files panel of a deployment's page."""
-    from deployments import machine_files as files
-
     deployment = visible_deployments(user).filter(pk=deployment_id).first()
     if deployment is None:
         return ""
-    context = {
-        "deployment": deployment,
-        "files": files.summary(deployment),
-        "can_operate": has_role(user, deployment.team_id, NEEDS_OPERATE),
-        "csrf_token": csrf_token,
-        "oob": True,
-    }
+    context = {**partials.files_on_machines(user, deployment), **out_of_band(csrf_token)}
     return render_to_string("deployments/_machine_files.html", context)
 
 
 def deployment_row(user: Any, deployment_id: int, csrf_token: str) -> str:
-    rows = (
-        visible_deployments(user)
-        .filter(pk=deployment_id)
-        .annotate(copies_ready=Count("copies", filter=Q(copies__state=CopyState.READY)))
-    )
-    deployment = rows.first()
-    if deployment is None:
+    rows = partials.list_rows(user, visible_deployments(user).filter(pk=deployment_id))
+    if not rows:
         return ""
-    deployment.can_operate = has_role(user, deployment.team_id, NEEDS_OPERATE)
-    context = {"d": deployment, "oob": True, "csrf_token": csrf_token}
+    context = {"d": rows[0], **out_of_band(csrf_token)}
     return render_to_string("deployments/_row.html", context)
 
 
@@ -89,17 +67,9 @@ def log_replay_start(user: Any, deployment_id: int, after: int) -> int:
 
 
 def engine_figures(user: Any, deployment_id: int) -> str:
-    from django.conf import settings
-
-    from deployments import figures
-
     if not visible_deployments(user).filter(pk=deployment_id).exists():
         return ""
-    context = {
-        "figures": figures.summary(deployment_id),
-        "every": settings.METRICS_EVERY_S,
-        "oob": True,
-    }
+    context = {**partials.engine_figures(deployment_id), "oob": True}
     return render_to_string("deployments/_engine_figures.html", context)
 
 

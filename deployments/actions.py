@@ -31,6 +31,19 @@ class ActionRefused(Exception):
         self.message = message
 
 
+@dataclass(frozen=True)
+class Done:
+    """What an action did, in the words the operator is shown (the page's message, the API's
+    202); `deployment` as it is after the action, None when it is gone."""
+
+    deployment: Deployment | None
+    words: str
+
+
+def copies_words(count: int) -> str:
+    return f"{count} cop{'y' if count == 1 else 'ies'}"
+
+
 # Stored settings the allow-list refuses (set on upgrade; cleared by new settings).
 SETTINGS_REFUSED = "SettingsRefused"
 
@@ -220,7 +233,7 @@ def fetch_files(deployment: Deployment, actor: Any) -> None:
 
 def scale(
     actor: Any, deployment: Deployment, copies: Any, accelerators_per_copy: Any = None
-) -> Deployment:
+) -> Done:
     """Set how many copies run and (optionally) the size of each."""
     wanted = parse_copies(copies)
     size = (
@@ -240,11 +253,11 @@ def scale(
         if new_size:
             fields["generation"] = locked.generation + 1
         Deployment.objects.filter(pk=locked.pk).update(**fields)
-        words = f"Scale to {wanted} cop{'y' if wanted == 1 else 'ies'}"
+        words = f"Scale to {copies_words(wanted)}"
         words += f" of {size} accelerator{'s' if size > 1 else ''} each" if new_size else ""
         record(locked, actor, words)
         lifecycle.enqueue("converge_deployment", locked.pk)
-    return Deployment.objects.get(pk=deployment.pk)
+    return Done(Deployment.objects.get(pk=deployment.pk), f"Scaling to {copies_words(wanted)}.")
 
 
 def change_settings(actor: Any, deployment: Deployment, engine_settings: Any) -> Deployment:
@@ -266,15 +279,16 @@ def change_settings(actor: Any, deployment: Deployment, engine_settings: Any) ->
     return Deployment.objects.get(pk=deployment.pk)
 
 
-def offer_in_chat(actor: Any, deployment: Deployment, chat_name: Any) -> Deployment:
+def offer_in_chat(actor: Any, deployment: Deployment, chat_name: Any) -> Done:
     name = check_chat_name(chat_name, deployment.name)
     with transaction.atomic():
         Deployment.objects.filter(pk=deployment.pk).update(chat_name=name)
         record(deployment, actor, f"Offer in chat as {name}" if name else "Stop offering in chat")
-    return Deployment.objects.get(pk=deployment.pk)
+    words = f"Offered in chat as {name}." if name else "Not offered in chat any more."
+    return Done(Deployment.objects.get(pk=deployment.pk), words)
 
 
-def set_reply_wait(actor: Any, deployment: Deployment, seconds: Any) -> Deployment:
+def set_reply_wait(actor: Any, deployment: Deployment, seconds: Any) -> Done:
     wait = parse_reply_wait(seconds)
     with transaction.atomic():
         Deployment.objects.filter(pk=deployment.pk).update(reply_wait_s=wait)
@@ -283,10 +297,11 @@ def set_reply_wait(actor: Any, deployment: Deployment, seconds: Any) -> Deployme
             actor,
             f"A reply must start within {wait} s" if wait else "Reply wait: the gateway's default",
         )
-    return Deployment.objects.get(pk=deployment.pk)
+    words = f"A reply must now start within {wait} s." if wait else "Reply wait: the default."
+    return Done(Deployment.objects.get(pk=deployment.pk), words)
 
 
-def stop(actor: Any, deployment: Deployment) -> Deployment:
+def stop(actor: Any, deployment: Deployment) -> Done:
     """Take every copy off its machine; the settings are kept."""
     if deployment.state in (D.STOPPING, D.STOPPED):
         raise ActionRefused(f"it is already {deployment.get_state_display().lower()}")
@@ -298,10 +313,10 @@ def stop(actor: Any, deployment: Deployment) -> Deployment:
         for copy in deployment.copies.exclude(state__in=[CopyState.STOPPED, CopyState.STOPPING]):
             lifecycle.stop_copy_soon(copy)
         lifecycle.enqueue("refresh_deployment", deployment.pk)
-    return Deployment.objects.get(pk=deployment.pk)
+    return Done(Deployment.objects.get(pk=deployment.pk), "Stopping every copy.")
 
 
-def start(actor: Any, deployment: Deployment) -> Deployment:
+def start(actor: Any, deployment: Deployment) -> Done:
     """Place and load a stopped deployment again."""
     if deployment.state != D.STOPPED:
         raise ActionRefused("only a stopped deployment can be started")
@@ -312,17 +327,20 @@ def start(actor: Any, deployment: Deployment) -> Deployment:
             deployment.pk, D.REQUESTED, message="Starting: placing the copies.", actor=actor
         )
         lifecycle.enqueue("place_deployment", deployment.pk)
-    return Deployment.objects.get(pk=deployment.pk)
+    return Done(Deployment.objects.get(pk=deployment.pk), "Starting again.")
 
 
-def delete(actor: Any, deployment: Deployment) -> None:
+DELETING = "Deleting: the copies stop, then the deployment goes. The model stays on this server."
+
+
+def delete(actor: Any, deployment: Deployment) -> Done:
     """Stop it and remove it; the model stays on this server."""
     with transaction.atomic():
         Deployment.objects.filter(pk=deployment.pk).update(delete_when_stopped=True)
         record(deployment, actor, "Delete")
         if deployment.state == D.STOPPED:
             Deployment.objects.filter(pk=deployment.pk).delete()
-            return
+            return Done(None, DELETING)
         if deployment.state != D.STOPPING:
             transitions.move_deployment(
                 deployment.pk, D.STOPPING, message="Deleting: stopping every copy.", actor=actor
@@ -332,9 +350,10 @@ def delete(actor: Any, deployment: Deployment) -> None:
             ):
                 lifecycle.stop_copy_soon(copy)
         lifecycle.enqueue("refresh_deployment", deployment.pk)
+    return Done(Deployment.objects.filter(pk=deployment.pk).first(), DELETING)
 
 
-def sync_files(actor: Any, deployment: Deployment) -> str:
+def sync_files(actor: Any, deployment: Deployment) -> Done:
     """Copy the model's files to every ready machine of the cluster (or check them again)."""
     from deployments import machine_files
 
@@ -344,10 +363,10 @@ def sync_files(actor: Any, deployment: Deployment) -> str:
         except machine_files.SyncRefused as refused:
             raise ActionRefused(str(refused)) from None
         record(deployment, actor, f"Sync: {words}")
-    return words
+    return Done(deployment, words)
 
 
-def check_now(actor: Any, deployment: Deployment) -> Deployment:
+def check_now(actor: Any, deployment: Deployment) -> Done:
     """Look at it at once; a FAILED deployment starts over."""
     with transaction.atomic():
         record(deployment, actor, "Check now")
@@ -355,7 +374,7 @@ def check_now(actor: Any, deployment: Deployment) -> Deployment:
             lifecycle.start_over(deployment, "Checked: trying again.", actor)
         else:
             lifecycle.enqueue("check_deployment", deployment.pk)
-    return Deployment.objects.get(pk=deployment.pk)
+    return Done(Deployment.objects.get(pk=deployment.pk), "Checking now.")
 
 
 def deployments_using(row: ServerModel) -> list[str]:
@@ -364,11 +383,11 @@ def deployments_using(row: ServerModel) -> list[str]:
     return list(using.exclude(state=D.STOPPED).values_list("name", flat=True))
 
 
-def delete_server_files(actor: Any, row: ServerModel) -> str:
+def delete_server_files(actor: Any, row: ServerModel) -> Done:
     """Delete a variant's files from this server, never while a deployment uses them."""
     users = deployments_using(row)
     if users:
         raise downloads.DownloadRefused(
             f"Deployments use these files: {', '.join(sorted(users))}. Stop them first."
         )
-    return downloads.forget_files(row, actor)
+    return Done(None, downloads.forget_files(row, actor))

@@ -1,8 +1,8 @@
 """The deployments API: host, read, scale, stop, start, check, delete and change deployments,
 and check the fit or estimate the memory of a model before hosting it.
 
-It also holds the API's shared vocabulary (the error body, strict input schemas, GiB), which
-catalog/api.py and clusters/api.py import; console/api_v1.py assembles the routers into the API.
+The API's shared vocabulary (the error body, strict input schemas, GiB) is console/api_schema.py;
+console/api_v1.py assembles the routers into the API.
 Changes go through deployments.actions only; access through deployments.access.
 """
 
@@ -18,13 +18,14 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import Prefetch
 from django.http import HttpRequest
 from ninja import Field, Router, Schema, Status
-from pydantic import AfterValidator, ConfigDict, WithJsonSchema
+from pydantic import WithJsonSchema
 
 import placement
 from catalog.models import Model, Variant
 from clusters.models import Accelerator, Cluster
 from console.access import NEEDS_OPERATE, has_role, team_roles
 from console.access import is_platform_admin as is_staff_admin
+from console.api_schema import ERRORS, InvalidForModel, StrictSchema, Text, gib
 from console.models import Team
 from deployments import actions, machine_files
 from deployments.access import get_deployment, visible_deployments
@@ -34,56 +35,9 @@ from deployments.engine.settings import CATALOG as ENGINE_SETTINGS
 from deployments.models import Copy, Deployment, Reservation
 from deployments.placing import estimate, fit_check, placement_request
 
-GIB = 2**30
-
-
-def gib(size_bytes: int) -> float:
-    return round(size_bytes / GIB, 2)
-
-
-# --- the shared vocabulary -----------------------------------------------------------------
-
-
-class ErrorOut(Schema):
-    detail: str = Field(description="what is wrong, starting with the field it is about")
-    field: str = Field("", description="the field to change; empty when it is not about one")
-
-
-class InvalidForModel(Exception):
-    """Settings that are well-formed but impossible for this model (placement said why): 422."""
-
-    def __init__(self, message: str, field: str) -> None:
-        super().__init__(message)
-        self.message = message
-        self.field = field
-
-
-ERRORS: dict[int | str, Any] = {
-    400: ErrorOut,
-    401: ErrorOut,
-    403: ErrorOut,
-    404: ErrorOut,
-    409: ErrorOut,
-    422: ErrorOut,
-}
-
-
 # --- input types ---------------------------------------------------------------------------
 
 
-def storable_text(value: str) -> str:
-    # PostgreSQL refuses NUL in text and UTF-8 cannot encode a lone surrogate: refuse both here
-    # rather than fail at the database.
-    if "\x00" in value:
-        raise ValueError("must not contain NUL characters")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError("must be valid Unicode text") from None
-    return value
-
-
-Text = Annotated[str, AfterValidator(storable_text)]
 SIZE_HELP = (
     "accelerators per copy: a share 0 < s < 1 of one GPU (e.g. 0.25, 0.5), 1, or a whole "
     "number n > 1 of GPUs of one machine (tensor parallel)"
@@ -96,12 +50,6 @@ Size = Annotated[
     Field(strict=False, lt=1000, allow_inf_nan=False),
     WithJsonSchema({"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1000}),
 ]
-
-
-class StrictSchema(Schema):
-    # JSON types as written (no "3" for 3, no true for 1) and no unknown fields, so that a typo
-    # is an error rather than a default silently used.
-    model_config = ConfigDict(strict=True, extra="forbid")
 
 
 class HostIn(StrictSchema):
@@ -528,7 +476,7 @@ def model_files(request: HttpRequest, id: int) -> dict[str, Any]:
 def sync_files(request: HttpRequest, id: int) -> Status[dict[str, Any]]:
     """Copy the model's files to every ready machine that lacks them (and check the others)."""
     deployment = get_deployment(request.user, id, NEEDS_OPERATE)
-    said = actions.sync_files(request.user, deployment)
+    said = actions.sync_files(request.user, deployment).words
     return Status(202, files_out(deployment, said))
 
 

@@ -56,7 +56,7 @@ def test_downloads_and_file_deletions_are_audited_with_the_team(bob, red, tmp_pa
     downloads.try_again(ServerModel.objects.get(pk=row.pk), bob)
     assert AuditEntry.objects.filter(action="download.retried", team=red).exists()
     ServerModel.objects.filter(pk=row.pk).update(state="ready")
-    words = actions.delete_server_files(bob, ServerModel.objects.get(pk=row.pk))
+    words = actions.delete_server_files(bob, ServerModel.objects.get(pk=row.pk)).words
     deleted = AuditEntry.objects.get(action="files.deleted")
     assert deleted.message == words and deleted.actor == bob
 

@@ -285,7 +285,7 @@ def test_delete_files_is_refused_while_a_deployment_uses_them_and_removes_them_a
         actions.delete_server_files(alice, row)
     with state_change_allowed():
         Deployment.objects.filter(pk=deployment.pk).update(state=DeploymentState.STOPPED)
-    assert actions.delete_server_files(alice, row) == f"Deleted the files of {variant}."
+    assert actions.delete_server_files(alice, row).words == f"Deleted the files of {variant}."
     assert not Path(row.path).exists() and not ServerModel.objects.filter(pk=row.pk).exists()
 
 

@@ -21,6 +21,7 @@ PAGE_FOLDERS = {"views", "templatetags", "management", "migrations"}
 # none; its wiring assembles the apps into the project and sits above them.
 CONSOLE_BASE = {
     "access",
+    "api_schema",
     "apps",
     "audit",
     "auth",

@@ -1,0 +1,67 @@
+"""What each live partial of the deployment pages shows, built once: the page renders it inside
+the whole page and the live socket (console/live_render.py) renders it alone, out of band."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Count, Q, QuerySet
+
+from console.access import NEEDS_OPERATE, has_role
+from deployments import figures, machine_files
+from deployments.choices import CopyState
+from deployments.models import Deployment, Reservation
+
+
+def copies_with_placement(deployment: Deployment) -> list[Any]:
+    copies = list(deployment.copies.select_related("machine").order_by("ordinal"))
+    held = Reservation.objects.filter(copy__deployment=deployment).select_related(
+        "accelerator__parent"
+    )
+    by_copy: dict[int, list[str]] = {}
+    for row in held:
+        gpu = row.accelerator
+        if gpu is not None:
+            where = (
+                f"{gpu.parent.index} (MIG {gpu.mig_profile})" if gpu.parent_id else str(gpu.index)
+            )
+            by_copy.setdefault(row.copy_id, []).append(where)
+    for copy in copies:
+        copy.gpus = ", ".join(by_copy.get(copy.pk, [])) or "—"
+    return copies
+
+
+def health_and_copies(user: Any, deployment: Deployment) -> dict[str, Any]:
+    """The head of a deployment's page (state, actions) and its table of copies."""
+    return {
+        "deployment": deployment,
+        "copies": copies_with_placement(deployment),
+        "copies_ready": deployment.copies.filter(state=CopyState.READY).count(),
+        "can_operate": has_role(user, deployment.team_id, NEEDS_OPERATE),
+        "default_reply_wait": settings.GATEWAY_REPLY_WAIT_S,
+    }
+
+
+def files_on_machines(user: Any, deployment: Deployment) -> dict[str, Any]:
+    """The Machines and model files panel."""
+    return {
+        "deployment": deployment,
+        "files": machine_files.summary(deployment),
+        "can_operate": has_role(user, deployment.team_id, NEEDS_OPERATE),
+    }
+
+
+def engine_figures(deployment_id: int) -> dict[str, Any]:
+    return {"figures": figures.summary(deployment_id), "every": settings.METRICS_EVERY_S}
+
+
+def list_rows(user: Any, deployments: QuerySet[Deployment]) -> list[Deployment]:
+    """Rows of the deployments list, each with its ready copies and whether the user operates it."""
+    counted = deployments.annotate(
+        copies_ready=Count("copies", filter=Q(copies__state=CopyState.READY))
+    )
+    rows = list(counted.order_by("name"))
+    for row in rows:
+        row.can_operate = has_role(user, row.team_id, NEEDS_OPERATE)
+    return rows
