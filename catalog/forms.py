@@ -10,6 +10,7 @@ from django.db.models import Q, QuerySet
 from catalog import hub
 from catalog.models import Model, Task, Variant
 from console.access import is_platform_admin
+from console.lists import ListFilter, choices_of
 from console.models import Role, Team
 
 HF_PREFIXES = ("https://huggingface.co/", "http://huggingface.co/", "huggingface.co/")
@@ -24,7 +25,7 @@ def blank(label: str) -> list[tuple[str, str]]:
     return [("", label)]
 
 
-class MarketplaceFilter(forms.Form):
+class MarketplaceFilter(ListFilter):
     """Search and filters; a bad value is reported and that filter left out."""
 
     q = forms.CharField(required=False, max_length=100, label="Search")
@@ -47,36 +48,36 @@ class MarketplaceFilter(forms.Form):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        families = Model.objects.values_list("family", flat=True).distinct().order_by("family")
-        licences = Model.objects.values_list("license", flat=True).distinct().order_by("license")
-        self.fields["family"].choices = blank("Any family") + [(f, f) for f in families if f]
-        self.fields["license"].choices = blank("Any licence") + [(x, x) for x in licences if x]
+        self.fields["family"].choices = blank("Any family") + choices_of(Model.objects, "family")
+        self.fields["license"].choices = blank("Any licence") + choices_of(Model.objects, "license")
 
-    def valid(self) -> dict[str, Any]:
-        """The values that passed, even when another one did not."""
-        self.is_valid()
-        return {k: v for k, v in getattr(self, "cleaned_data", {}).items() if v}
+    def apply(self, rows: QuerySet[Model]) -> QuerySet[Model]:
+        return super().apply(rows).distinct()  # a model matches once, whatever its variants
 
-    def apply(self, models: QuerySet[Model]) -> QuerySet[Model]:
-        given = self.valid()
-        if "q" in given:
-            q = given["q"]
-            models = models.filter(
-                Q(name__icontains=q) | Q(repo_id__icontains=q) | Q(family__icontains=q)
-            )
-        if "size" in given:
-            low, high = SIZES[given["size"]]
-            models = models.filter(params_total__gte=low)
-            models = models.filter(params_total__lt=high) if high else models
-        simple = {"family": "family", "license": "license", "format": "variants__format"}
-        for name, lookup in simple.items():
-            if name in given:
-                models = models.filter(**{lookup: given[name]})
-        if "task" in given:
-            models = models.filter(tasks__contains=[given["task"]])
-        if "gated" in given:
-            models = models.filter(gated=given["gated"] == "yes")
-        return models.distinct()
+    def filter_q(self, models: QuerySet[Model], q: str) -> QuerySet[Model]:
+        return models.filter(
+            Q(name__icontains=q) | Q(repo_id__icontains=q) | Q(family__icontains=q)
+        )
+
+    def filter_size(self, models: QuerySet[Model], size: str) -> QuerySet[Model]:
+        low, high = SIZES[size]
+        models = models.filter(params_total__gte=low)
+        return models.filter(params_total__lt=high) if high else models
+
+    def filter_family(self, models: QuerySet[Model], family: str) -> QuerySet[Model]:
+        return models.filter(family=family)
+
+    def filter_license(self, models: QuerySet[Model], license: str) -> QuerySet[Model]:
+        return models.filter(license=license)
+
+    def filter_format(self, models: QuerySet[Model], format: str) -> QuerySet[Model]:
+        return models.filter(variants__format=format)
+
+    def filter_task(self, models: QuerySet[Model], task: str) -> QuerySet[Model]:
+        return models.filter(tasks__contains=[task])
+
+    def filter_gated(self, models: QuerySet[Model], gated: str) -> QuerySet[Model]:
+        return models.filter(gated=gated == "yes")
 
 
 def operated_teams(user: Any) -> QuerySet[Team]:

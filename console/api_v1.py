@@ -30,6 +30,7 @@ from clusters.api import router as clusters_router
 from console import keys
 from console.api_schema import InvalidForModel
 from console.keys_api import router as keys_router
+from console.lists import FilterRefused
 from deployments.actions import ActionRefused
 from deployments.api import placement_router
 from deployments.api import router as deployments_router
@@ -139,6 +140,11 @@ def respond(request: HttpRequest, status: int, body: dict[str, str]) -> HttpResp
 
 @api.exception_handler(keys.KeyRefused)
 def key_refused(request: HttpRequest, error: keys.KeyRefused) -> HttpResponse:
+    return respond(request, 400, error_body(error.message, error.field))
+
+
+@api.exception_handler(FilterRefused)
+def filter_refused(request: HttpRequest, error: FilterRefused) -> HttpResponse:
     return respond(request, 400, error_body(error.message, error.field))
 
 

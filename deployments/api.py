@@ -32,6 +32,7 @@ from deployments.access import get_deployment, visible_deployments
 from deployments.actions import ActionRefused, HostRequest
 from deployments.choices import CopyState
 from deployments.engine.settings import CATALOG as ENGINE_SETTINGS
+from deployments.forms import DeploymentFilter
 from deployments.models import Copy, Deployment, Reservation
 from deployments.placing import estimate, fit_check, placement_request
 
@@ -380,8 +381,11 @@ router = Router(tags=["deployments"])
 
 @router.get("/deployments", response={200: list[DeploymentOut], **ERRORS})
 def list_deployments(request: HttpRequest) -> list[dict[str, Any]]:
-    """The deployments of your teams (every team's, for platform admins)."""
-    deployments = with_copies(visible_deployments(request.user)).order_by("name")
+    """The deployments of your teams (every team's, for platform admins), filtered as the list
+    page is: ?state= (a state or a group: active, serving, failed, stopped), ?cluster= and
+    ?model= (ids), ?q= (in the name or the chat name)."""
+    chosen = DeploymentFilter(request.GET).strictly(visible_deployments(request.user))
+    deployments = with_copies(chosen).order_by("name")
     return [deployment_out(deployment) for deployment in deployments]
 
 

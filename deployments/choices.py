@@ -39,6 +39,15 @@ DEPLOYMENT_ACTIVE = frozenset(
     {D.REQUESTED, D.DEPLOYING, D.INITIALIZING, D.DEPLOYED, D.DEGRADED, D.ERROR, D.MUST_REDOWNLOAD}
 )
 DEPLOYMENT_CAN_SCALE = frozenset({D.DEPLOYING, D.INITIALIZING, D.DEPLOYED, D.DEGRADED, D.ERROR})
+DEPLOYMENT_FAILED = frozenset({D.FAILED, D.ERROR, D.MUST_REDOWNLOAD})
+DEPLOYMENT_STOPPED = frozenset({D.STOPPING, D.STOPPED})
+# The groups the deployments list filters by, by the name the filter shows.
+DEPLOYMENT_GROUPS = {
+    "active": DEPLOYMENT_ACTIVE,
+    "serving": DEPLOYMENT_SERVING,
+    "failed": DEPLOYMENT_FAILED,
+    "stopped": DEPLOYMENT_STOPPED,
+}
 
 # Badge colours (CSS class suffixes in static/css/berth.css).
 BADGE_COLOURS: dict[str, str] = {

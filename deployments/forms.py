@@ -10,13 +10,18 @@ from decimal import Decimal
 from typing import Any
 
 from django import forms
+from django.db.models import Q, QuerySet
 
+from console.lists import ListFilter
+from deployments.choices import DEPLOYMENT_GROUPS, DeploymentState, LogLevel, LogPattern, LogStream
 from deployments.engine import other_flags
 from deployments.engine.context import EngineContext
 from deployments.engine.settings import CATALOG, without_defaults
 from deployments.engine.versions import flag_list
 from deployments.engine.warnings import cap_share
 from deployments.fit_words import SIZE_CHOICES, size_label, size_text
+from deployments.log_search import LEVELS
+from deployments.models import Deployment, LogLine
 
 
 def size_choices(*extra: Any) -> list[tuple[str, str]]:
@@ -196,3 +201,54 @@ class EngineSettingsForm(forms.Form):
         capped, why = cap_share(float(percent) / 100, self.context)
         self.capped = why
         return round(capped, 4) if capped is not None else None
+
+
+class DeploymentFilter(ListFilter):
+    """The deployments list's filters (its page and GET /api/v1/deployments)."""
+
+    state = forms.ChoiceField(required=False)
+    cluster = forms.IntegerField(required=False, min_value=1)
+    model = forms.IntegerField(required=False, min_value=1)
+    q = forms.CharField(required=False)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        groups = [(name, name) for name in DEPLOYMENT_GROUPS]
+        self.fields["state"].choices = [("", "any"), *groups, *DeploymentState.choices]
+
+    def filter_state(self, rows: QuerySet[Deployment], state: str) -> QuerySet[Deployment]:
+        return rows.filter(state__in=DEPLOYMENT_GROUPS.get(state, {state}))
+
+    def filter_cluster(self, rows: QuerySet[Deployment], cluster: int) -> QuerySet[Deployment]:
+        return rows.filter(cluster_id=cluster)
+
+    def filter_model(self, rows: QuerySet[Deployment], model: int) -> QuerySet[Deployment]:
+        return rows.filter(model_id=model)
+
+    def filter_q(self, rows: QuerySet[Deployment], query: str) -> QuerySet[Deployment]:
+        return rows.filter(Q(name__icontains=query) | Q(chat_name__icontains=query))
+
+
+class LogFilter(ListFilter):
+    """A deployment's log filters: level (and above), stream, machine, pattern, a search."""
+
+    level = forms.ChoiceField(required=False, choices=[("", "any"), *LogLevel.choices])
+    stream = forms.ChoiceField(required=False, choices=[("", "any"), *LogStream.choices])
+    machine = forms.CharField(required=False)
+    pattern = forms.ChoiceField(required=False, choices=LogPattern.choices)
+    q = forms.CharField(required=False)
+
+    def filter_level(self, lines: QuerySet[LogLine], level: str) -> QuerySet[LogLine]:
+        return lines.filter(level__in=LEVELS[LEVELS.index(level) :])
+
+    def filter_stream(self, lines: QuerySet[LogLine], stream: str) -> QuerySet[LogLine]:
+        return lines.filter(stream=stream)
+
+    def filter_machine(self, lines: QuerySet[LogLine], machine: str) -> QuerySet[LogLine]:
+        return lines.filter(machine_name=machine)
+
+    def filter_pattern(self, lines: QuerySet[LogLine], pattern: str) -> QuerySet[LogLine]:
+        return lines.filter(pattern=pattern)
+
+    def filter_q(self, lines: QuerySet[LogLine], query: str) -> QuerySet[LogLine]:
+        return lines.filter(text__icontains=query)

@@ -1,34 +1,15 @@
-"""Finding a deployment's log lines: the page's filters, its pages by seq, and where a log
+"""Finding a deployment's log lines: its pages by seq, and where a log
 socket's catch-up starts (the pages and the live sockets read lines the same way)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.db.models import QuerySet
 
-from deployments.choices import LogStream
+from deployments.choices import LogLevel
 from deployments.models import LogLine
 
 PAGE = 200
-LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
-
-
-def filtered(deployment_id: int, params: Any) -> QuerySet[LogLine]:
-    """The lines the filters select: level (and above), stream, machine, and a search."""
-    lines = LogLine.objects.filter(deployment_id=deployment_id)
-    level = params.get("level", "")
-    if level in LEVELS:
-        lines = lines.filter(level__in=LEVELS[LEVELS.index(level) :])
-    if params.get("stream") in LogStream.values:
-        lines = lines.filter(stream=params["stream"])
-    if params.get("machine"):
-        lines = lines.filter(machine_name=params["machine"])
-    if params.get("q"):
-        lines = lines.filter(text__icontains=params["q"])
-    if params.get("pattern"):
-        lines = lines.filter(pattern=params["pattern"])
-    return lines
+LEVELS = list(LogLevel.values)  # lowest first: a level filter shows that level and above
 
 
 def lines_after(deployment_id: int, after: int, limit: int = PAGE) -> list[LogLine]:

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from django.contrib import messages
-from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
@@ -16,41 +14,21 @@ from clusters.models import Cluster
 from console.access import NEEDS_OPERATE
 from deployments import actions
 from deployments.access import get_deployment, visible_deployments
-from deployments.choices import DEPLOYMENT_ACTIVE, DEPLOYMENT_SERVING, CopyState, DeploymentState
+from deployments.choices import DEPLOYMENT_GROUPS, CopyState, DeploymentState
+from deployments.forms import DeploymentFilter
 from deployments.models import Deployment
 from deployments.views import partials
-
-STATE_GROUPS = {
-    "active": DEPLOYMENT_ACTIVE,
-    "serving": DEPLOYMENT_SERVING,
-    "failed": {DeploymentState.FAILED, DeploymentState.ERROR, DeploymentState.MUST_REDOWNLOAD},
-    "stopped": {DeploymentState.STOPPING, DeploymentState.STOPPED},
-}
-
-
-def filter_deployments(deployments: QuerySet[Deployment], params: Any) -> QuerySet[Deployment]:
-    state = params.get("state", "")
-    if state in STATE_GROUPS:
-        deployments = deployments.filter(state__in=STATE_GROUPS[state])
-    elif state in DeploymentState.values:
-        deployments = deployments.filter(state=state)
-    if params.get("cluster", "").isdigit():
-        deployments = deployments.filter(cluster_id=int(params["cluster"]))
-    if params.get("model", "").isdigit():
-        deployments = deployments.filter(model_id=int(params["model"]))
-    if params.get("q"):
-        query = params["q"]
-        deployments = deployments.filter(Q(name__icontains=query) | Q(chat_name__icontains=query))
-    return deployments
 
 
 def deployment_list(request: HttpRequest) -> HttpResponse:
     visible = visible_deployments(request.user)
     context = {
-        "deployments": partials.list_rows(request.user, filter_deployments(visible, request.GET)),
+        "deployments": partials.list_rows(
+            request.user, DeploymentFilter(request.GET).apply(visible)
+        ),
         "any_at_all": visible.exists(),
         "params": request.GET,
-        "state_groups": list(STATE_GROUPS),
+        "state_groups": list(DEPLOYMENT_GROUPS),
         "states": DeploymentState.choices,
         "clusters": Cluster.objects.filter(deployments__in=visible).distinct().order_by("name"),
         "models": Model.objects.filter(deployments__in=visible).distinct().order_by("name"),

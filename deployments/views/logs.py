@@ -10,7 +10,8 @@ from django.shortcuts import render
 
 from deployments.access import get_deployment
 from deployments.choices import LogStream
-from deployments.log_search import LEVELS, PAGE, filtered, page_of
+from deployments.forms import LogFilter
+from deployments.log_search import LEVELS, PAGE, page_of
 from deployments.models import LogLine
 
 
@@ -20,7 +21,7 @@ def as_int(raw: str | None) -> int | None:
 
 def deployment_logs(request: HttpRequest, pk: int) -> HttpResponse:
     deployment = get_deployment(request.user, pk)
-    lines = filtered(deployment.pk, request.GET)
+    lines = LogFilter(request.GET).apply(LogLine.objects.filter(deployment=deployment))
     shown = page_of(lines, as_int(request.GET.get("before")))
     machines = (
         LogLine.objects.filter(deployment=deployment)
@@ -48,7 +49,9 @@ def deployment_logs(request: HttpRequest, pk: int) -> HttpResponse:
 def download_logs(request: HttpRequest, pk: int) -> StreamingHttpResponse:
     """Every line the filters select, as plain text, streamed (it may be long)."""
     deployment = get_deployment(request.user, pk)
-    lines = filtered(deployment.pk, request.GET).order_by("seq")
+    lines = (
+        LogFilter(request.GET).apply(LogLine.objects.filter(deployment=deployment)).order_by("seq")
+    )
 
     def text() -> Any:
         for line in lines.iterator(chunk_size=2000):
