@@ -16,14 +16,21 @@ from catalog.models import Model
 from clusters.models import Cluster
 from console.access import NEEDS_OPERATE, get_deployment, has_role, visible_deployments
 from deployments import actions, figures, machine_files
-from deployments.choices import DEPLOYMENT_ACTIVE, DEPLOYMENT_SERVING, CopyState, DeploymentState
+from deployments.choices import (
+    DEPLOYMENT_ACTIVE,
+    DEPLOYMENT_FAILING,
+    DEPLOYMENT_SERVING,
+    DEPLOYMENT_STOPPING_OR_STOPPED,
+    CopyState,
+    DeploymentState,
+)
 from deployments.models import Deployment, Reservation
 
 STATE_GROUPS = {
     "active": DEPLOYMENT_ACTIVE,
     "serving": DEPLOYMENT_SERVING,
-    "failed": {DeploymentState.FAILED, DeploymentState.ERROR, DeploymentState.MUST_REDOWNLOAD},
-    "stopped": {DeploymentState.STOPPING, DeploymentState.STOPPED},
+    "failed": DEPLOYMENT_FAILING,
+    "stopped": DEPLOYMENT_STOPPING_OR_STOPPED,
 }
 
 
@@ -140,7 +147,7 @@ def scale(request: HttpRequest, pk: int) -> HttpResponse:
 def confirm(request: HttpRequest, pk: int, action: str) -> HttpResponse:
     """Stop and Delete ask first, on a page of their own (JavaScript or not)."""
     deployment = get_deployment(request.user, pk, NEEDS_OPERATE)
-    copies = deployment.copies.exclude(state__in=[CopyState.STOPPED]).count()
+    copies = deployment.copies.exclude(state=CopyState.STOPPED).count()
     context = {"deployment": deployment, "action": action, "copies": copies}
     return render(request, "deployments/confirm.html", context)
 
