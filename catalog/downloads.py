@@ -31,17 +31,15 @@ from huggingface_hub.utils import disable_progress_bars
 
 from catalog import hub, signals
 from catalog.hub import Access, HubProblem
-from catalog.models import ServerModel, ServerModelState, Variant
+from catalog.models import SERVER_MODEL_RETRYABLE, ServerModel, ServerModelState, Variant
 from catalog.variants import RepoFile, select_files
 from console import audit, claims, live
 
 log = logging.getLogger(__name__)
-S = ServerModelState
 
 PROGRESS_EVERY_S = 1.0
 # A row downloading without a progress save for this long lost its worker: it may be claimed.
 STALLED_AFTER = timedelta(minutes=2)
-RETRYABLE = (S.FAILED, S.MUST_REDOWNLOAD)
 
 
 class DownloadRefused(ValueError):
@@ -103,26 +101,28 @@ def request_download(
         row, created = ServerModel.objects.get_or_create(
             variant=variant,
             requested_revision=revision,
-            defaults={"state": S.QUEUED, "team": team, "requested_by": actor},
+            defaults={"state": ServerModelState.QUEUED, "team": team, "requested_by": actor},
         )
         if created:
             enqueue(row.pk)
             files_changed(row.pk)
             audit.record(actor, audit.DOWNLOAD_REQUESTED, str(row), "Queued.", team=team)
-        elif row.state in RETRYABLE:
+        elif row.state in SERVER_MODEL_RETRYABLE:
             row = requeue(row, team, actor)
     return row
 
 
 def requeue(row: ServerModel, team: Any = None, actor: Any = None) -> ServerModel:
     """Queue a failed download (or files gone missing) again; the partial files are kept."""
-    changes: dict[str, Any] = {"state": S.QUEUED, "error": "", "bytes_per_s": 0}
+    changes: dict[str, Any] = {"state": ServerModelState.QUEUED, "error": "", "bytes_per_s": 0}
     changes.update(updated_at=timezone.now(), finished_at=None)
     if team is not None:  # the latest requester's token, e.g. a team that has one now
         changes["team"] = team
     if actor is not None:
         changes["requested_by"] = actor
-    if not ServerModel.objects.filter(pk=row.pk, state__in=RETRYABLE).update(**changes):
+    if not ServerModel.objects.filter(pk=row.pk, state__in=SERVER_MODEL_RETRYABLE).update(
+        **changes
+    ):
         raise DownloadRefused("Only a failed download or missing files can be tried again.")
     enqueue(row.pk)
     files_changed(row.pk)
@@ -161,8 +161,12 @@ def is_ours(folder: Path) -> bool:
 
 def mark_must_redownload(row_id: int, reason: str) -> None:
     """The files went missing (seen at launch): the row must be downloaded again."""
-    changes = {"state": S.MUST_REDOWNLOAD, "error": reason, "updated_at": timezone.now()}
-    if ServerModel.objects.filter(pk=row_id, state=S.READY).update(**changes):
+    changes = {
+        "state": ServerModelState.MUST_REDOWNLOAD,
+        "error": reason,
+        "updated_at": timezone.now(),
+    }
+    if ServerModel.objects.filter(pk=row_id, state=ServerModelState.READY).update(**changes):
         files_changed(row_id)
 
 
@@ -173,7 +177,9 @@ def redispatch_stalled() -> int:
     lost its worker (or its task). It goes back to queued with a fresh timestamp, so that the
     task can claim it and it is sent at most once per period however often this runs.
     """
-    ids = claims.requeue_stalled(ServerModel, S.QUEUED, S.DOWNLOADING, STALLED_AFTER)
+    ids = claims.requeue_stalled(
+        ServerModel, ServerModelState.QUEUED, ServerModelState.DOWNLOADING, STALLED_AFTER
+    )
     for row_id in ids:
         enqueue(row_id)
     return len(ids)
@@ -185,7 +191,14 @@ def redispatch_stalled() -> int:
 def claim(row_id: int) -> ServerModel | None:
     """queued → downloading, or a stalled download taken over; None when someone else has it."""
     fresh = {"started_at": timezone.now(), "bytes_per_s": 0, "error": ""}
-    if not claims.claim(ServerModel, row_id, S.QUEUED, S.DOWNLOADING, STALLED_AFTER, **fresh):
+    if not claims.claim(
+        ServerModel,
+        row_id,
+        ServerModelState.QUEUED,
+        ServerModelState.DOWNLOADING,
+        STALLED_AFTER,
+        **fresh,
+    ):
         return None
     files_changed(row_id)
     return ServerModel.objects.select_related("variant", "team").get(pk=row_id)
@@ -215,7 +228,7 @@ def plan_for(row: ServerModel, access: Access) -> Plan:
 def record_plan(row_id: int, plan: Plan) -> None:
     """The commit is pinned before the first byte, so a resumed attempt continues the same
     files; the size is what the progress bar counts towards."""
-    ServerModel.objects.filter(pk=row_id, state=S.DOWNLOADING).update(
+    ServerModel.objects.filter(pk=row_id, state=ServerModelState.DOWNLOADING).update(
         revision=plan.sha,
         size_bytes=plan.size,
         files=[[f.path, f.size] for f in plan.files],
@@ -256,7 +269,7 @@ class Progress:
         self.speed = rate if not self.speed else 0.5 * self.speed + 0.5 * rate
         moved = done != self.last_bytes
         self.last_bytes, self.last_at = done, now
-        ServerModel.objects.filter(pk=self.row_id, state=S.DOWNLOADING).update(
+        ServerModel.objects.filter(pk=self.row_id, state=ServerModelState.DOWNLOADING).update(
             progress_bytes=done, bytes_per_s=max(0, int(self.speed)), updated_at=timezone.now()
         )
         if moved:
@@ -287,8 +300,8 @@ def fetch(row: ServerModel, plan: Plan, access: Access) -> None:
 def finish(row_id: int, plan: Plan) -> None:
     size = sum((plan.folder / f.path).stat().st_size for f in plan.files)
     now = timezone.now()
-    ServerModel.objects.filter(pk=row_id, state=S.DOWNLOADING).update(
-        state=S.READY,
+    ServerModel.objects.filter(pk=row_id, state=ServerModelState.DOWNLOADING).update(
+        state=ServerModelState.READY,
         size_bytes=size,
         progress_bytes=size,
         bytes_per_s=0,
@@ -300,8 +313,8 @@ def finish(row_id: int, plan: Plan) -> None:
 
 def fail(row_id: int, message: str) -> None:
     now = timezone.now()
-    ServerModel.objects.filter(pk=row_id, state=S.DOWNLOADING).update(
-        state=S.FAILED, error=message, bytes_per_s=0, finished_at=now, updated_at=now
+    ServerModel.objects.filter(pk=row_id, state=ServerModelState.DOWNLOADING).update(
+        state=ServerModelState.FAILED, error=message, bytes_per_s=0, finished_at=now, updated_at=now
     )
     files_changed(row_id)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
+from console.choices import Badge, StateChoices, StateField
+
 
 class Task(models.TextChoices):
     CHAT = "chat", "Chat"
@@ -111,21 +113,17 @@ def percent_of(done: int, total: int) -> int:
     return min(100, round(100 * done / total))
 
 
-class ServerModelState(models.TextChoices):
-    QUEUED = "queued", "Queued"
-    DOWNLOADING = "downloading", "Downloading"
-    READY = "ready", "Ready"
-    FAILED = "failed", "Failed"
-    MUST_REDOWNLOAD = "must_redownload", "Must re-download"
+class ServerModelState(StateChoices):
+    QUEUED = "queued", Badge.GREY, "Queued"
+    DOWNLOADING = "downloading", Badge.BLUE, "Downloading"
+    READY = "ready", Badge.GREEN, "Ready"
+    FAILED = "failed", Badge.RED, "Failed"
+    MUST_REDOWNLOAD = "must_redownload", Badge.AMBER, "Must re-download"
 
 
-SERVER_MODEL_BADGES = {
-    ServerModelState.QUEUED: "grey",
-    ServerModelState.DOWNLOADING: "blue",
-    ServerModelState.READY: "green",
-    ServerModelState.FAILED: "red",
-    ServerModelState.MUST_REDOWNLOAD: "amber",
-}
+SERVER_MODEL_IN_PROGRESS = frozenset({ServerModelState.QUEUED, ServerModelState.DOWNLOADING})
+# The download may be asked again (and a deployment waiting for it fails meanwhile).
+SERVER_MODEL_RETRYABLE = frozenset({ServerModelState.FAILED, ServerModelState.MUST_REDOWNLOAD})
 
 
 class ServerModel(models.Model):
@@ -141,9 +139,7 @@ class ServerModel(models.Model):
     revision = models.CharField(max_length=64, blank=True, help_text="commit once downloaded")
     path = models.CharField(max_length=500, blank=True)
     size_bytes = models.PositiveBigIntegerField(default=0)
-    state = models.CharField(
-        max_length=16, choices=ServerModelState.choices, default=ServerModelState.QUEUED
-    )
+    state = StateField(ServerModelState, default=ServerModelState.QUEUED)
     progress_bytes = models.PositiveBigIntegerField(default=0)
     bytes_per_s = models.PositiveBigIntegerField(default=0, help_text="download speed lately")
     files = models.JSONField(default=list, blank=True, help_text="[[path, bytes], …]")
@@ -180,33 +176,27 @@ class ServerModel(models.Model):
         return percent_of(self.progress_bytes, self.size_bytes)
 
     @property
-    def badge(self) -> str:
-        return SERVER_MODEL_BADGES.get(ServerModelState(self.state), "grey")
+    def badge(self) -> str:  # until the templates say `s.state|badge` (another branch)
+        return self.state.colour
 
     @property
     def in_progress(self) -> bool:
-        return self.state in (ServerModelState.QUEUED, ServerModelState.DOWNLOADING)
+        return self.state in SERVER_MODEL_IN_PROGRESS
 
     @property
     def retryable(self) -> bool:
-        return self.state in (ServerModelState.FAILED, ServerModelState.MUST_REDOWNLOAD)
+        return self.state in SERVER_MODEL_RETRYABLE
 
 
-class MachineFilesState(models.TextChoices):
-    QUEUED = "queued", "Queued"
-    COPYING = "copying", "Copying"
-    PRESENT = "present", "On the machine"
-    MISSING = "missing", "Missing"
-    FAILED = "failed", "Failed"
+class MachineFilesState(StateChoices):
+    QUEUED = "queued", Badge.GREY, "Queued"
+    COPYING = "copying", Badge.BLUE, "Copying"
+    PRESENT = "present", Badge.GREEN, "On the machine"
+    MISSING = "missing", Badge.AMBER, "Missing"
+    FAILED = "failed", Badge.RED, "Failed"
 
 
-MACHINE_FILES_BADGES = {
-    MachineFilesState.QUEUED: "grey",
-    MachineFilesState.COPYING: "blue",
-    MachineFilesState.PRESENT: "green",
-    MachineFilesState.MISSING: "amber",
-    MachineFilesState.FAILED: "red",
-}
+MACHINE_FILES_IN_PROGRESS = frozenset({MachineFilesState.QUEUED, MachineFilesState.COPYING})
 
 
 class MachineFiles(models.Model):
@@ -220,9 +210,7 @@ class MachineFiles(models.Model):
     )
     variant = models.ForeignKey(Variant, on_delete=models.CASCADE, related_name="machine_copies")
     revision = models.CharField(max_length=64, blank=True, help_text="commit of the files")
-    state = models.CharField(
-        max_length=16, choices=MachineFilesState.choices, default=MachineFilesState.QUEUED
-    )
+    state = StateField(MachineFilesState, default=MachineFilesState.QUEUED)
     size_bytes = models.PositiveBigIntegerField(default=0)
     progress_bytes = models.PositiveBigIntegerField(default=0)
     message = models.TextField(blank=True)
@@ -246,12 +234,12 @@ class MachineFiles(models.Model):
         return percent_of(self.progress_bytes, self.size_bytes)
 
     @property
-    def badge(self) -> str:
-        return MACHINE_FILES_BADGES.get(MachineFilesState(self.state), "grey")
+    def badge(self) -> str:  # until the templates say `f.state|badge` (another branch)
+        return self.state.colour
 
     @property
     def in_progress(self) -> bool:
-        return self.state in (MachineFilesState.QUEUED, MachineFilesState.COPYING)
+        return self.state in MACHINE_FILES_IN_PROGRESS
 
 
 class CodeTrust(models.Model):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.db import models
 
 from console import crypto
+from console.choices import Badge, StateChoices, StateField
 from console.models import SLUG_PATTERN, slug_validator
 
 
@@ -27,11 +28,11 @@ class SharingStrategy(models.TextChoices):
     MIG = "mig", "MIG"
 
 
-class ClusterState(models.TextChoices):
-    CONNECTING = "connecting", "Connecting"
-    READY = "ready", "Ready"
-    DEGRADED = "degraded", "Degraded"
-    UNREACHABLE = "unreachable", "Unreachable"
+class ClusterState(StateChoices):
+    CONNECTING = "connecting", Badge.GREY, "Connecting"
+    READY = "ready", Badge.GREEN, "Ready"
+    DEGRADED = "degraded", Badge.AMBER, "Degraded"
+    UNREACHABLE = "unreachable", Badge.RED, "Unreachable"
 
 
 class Vendor(models.TextChoices):
@@ -73,9 +74,7 @@ class Cluster(models.Model):
     # The simulator's machines and GPUs, described as data (the simulator backend reads it).
     simulated_inventory = models.JSONField(default=dict, blank=True)
     notices = models.JSONField(default=list, blank=True, editable=False)
-    state = models.CharField(
-        max_length=16, choices=ClusterState.choices, default=ClusterState.CONNECTING, editable=False
-    )
+    state = StateField(ClusterState, default=ClusterState.CONNECTING, editable=False)
     last_seen = models.DateTimeField(null=True, blank=True, editable=False)
     # What the last discovery said, in words (e.g. "no GPUs found on this machine").
     discovery_message = models.TextField(blank=True, editable=False)

@@ -16,8 +16,15 @@ from catalog.models import Model, ServerModel, Variant
 from clusters.models import Cluster
 from console.models import SLUG_PATTERN, Team
 from deployments import lifecycle, transitions
-from deployments.choices import DEPLOYMENT_CAN_SCALE, CopyState, EventKind
-from deployments.choices import DeploymentState as D
+from deployments.choices import (
+    COPY_STOPPING_OR_STOPPED,
+    DEPLOYMENT_CAN_SCALE,
+    DEPLOYMENT_GAVE_UP,
+    DEPLOYMENT_STOPPING_OR_STOPPED,
+    CopyState,
+    DeploymentState,
+    EventKind,
+)
 from deployments.engine.settings import EngineSettingsError, validate_settings
 from deployments.models import REPLY_WAIT_MAX_S, REPLY_WAIT_MIN_S, Deployment, Event
 
@@ -241,7 +248,7 @@ def scale(
         if accelerators_per_copy in (None, "")
         else parse_size(accelerators_per_copy)
     )
-    if deployment.state not in DEPLOYMENT_CAN_SCALE | {D.REQUESTED}:
+    if deployment.state not in DEPLOYMENT_CAN_SCALE:
         raise ActionRefused(
             f"a {deployment.get_state_display().lower()} deployment cannot be scaled; "
             "start it first"
@@ -271,9 +278,12 @@ def change_settings(actor: Any, deployment: Deployment, engine_settings: Any) ->
             notices=[n for n in locked.notices if n != SETTINGS_REFUSED],  # checked just now
         )
         record(locked, actor, f"Change engine settings to {settings or 'the defaults'}")
-        if locked.state == D.FAILED:
+        if locked.state == DeploymentState.FAILED:
             transitions.move_deployment(
-                locked.pk, D.REQUESTED, message="Settings changed; trying again.", actor=actor
+                locked.pk,
+                DeploymentState.REQUESTED,
+                message="Settings changed; trying again.",
+                actor=actor,
             )
         lifecycle.enqueue("converge_deployment", locked.pk)
     return Deployment.objects.get(pk=deployment.pk)
@@ -303,14 +313,14 @@ def set_reply_wait(actor: Any, deployment: Deployment, seconds: Any) -> Done:
 
 def stop(actor: Any, deployment: Deployment) -> Done:
     """Take every copy off its machine; the settings are kept."""
-    if deployment.state in (D.STOPPING, D.STOPPED):
+    if deployment.state in DEPLOYMENT_STOPPING_OR_STOPPED:
         raise ActionRefused(f"it is already {deployment.get_state_display().lower()}")
     with transaction.atomic():
         record(deployment, actor, "Stop")
         transitions.move_deployment(
-            deployment.pk, D.STOPPING, message="Stopping every copy.", actor=actor
+            deployment.pk, DeploymentState.STOPPING, message="Stopping every copy.", actor=actor
         )
-        for copy in deployment.copies.exclude(state__in=[CopyState.STOPPED, CopyState.STOPPING]):
+        for copy in deployment.copies.exclude(state__in=COPY_STOPPING_OR_STOPPED):
             lifecycle.stop_copy_soon(copy)
         lifecycle.enqueue("refresh_deployment", deployment.pk)
     return Done(Deployment.objects.get(pk=deployment.pk), "Stopping every copy.")
@@ -318,13 +328,16 @@ def stop(actor: Any, deployment: Deployment) -> Done:
 
 def start(actor: Any, deployment: Deployment) -> Done:
     """Place and load a stopped deployment again."""
-    if deployment.state != D.STOPPED:
+    if deployment.state != DeploymentState.STOPPED:
         raise ActionRefused("only a stopped deployment can be started")
     with transaction.atomic():
         record(deployment, actor, "Start")
         deployment.copies.filter(state=CopyState.STOPPED).delete()
         transitions.move_deployment(
-            deployment.pk, D.REQUESTED, message="Starting: placing the copies.", actor=actor
+            deployment.pk,
+            DeploymentState.REQUESTED,
+            message="Starting: placing the copies.",
+            actor=actor,
         )
         lifecycle.enqueue("place_deployment", deployment.pk)
     return Done(Deployment.objects.get(pk=deployment.pk), "Starting again.")
@@ -338,16 +351,17 @@ def delete(actor: Any, deployment: Deployment) -> Done:
     with transaction.atomic():
         Deployment.objects.filter(pk=deployment.pk).update(delete_when_stopped=True)
         record(deployment, actor, "Delete")
-        if deployment.state == D.STOPPED:
+        if deployment.state == DeploymentState.STOPPED:
             Deployment.objects.filter(pk=deployment.pk).delete()
             return Done(None, DELETING)
-        if deployment.state != D.STOPPING:
+        if deployment.state != DeploymentState.STOPPING:
             transitions.move_deployment(
-                deployment.pk, D.STOPPING, message="Deleting: stopping every copy.", actor=actor
+                deployment.pk,
+                DeploymentState.STOPPING,
+                message="Deleting: stopping every copy.",
+                actor=actor,
             )
-            for copy in deployment.copies.exclude(
-                state__in=[CopyState.STOPPED, CopyState.STOPPING]
-            ):
+            for copy in deployment.copies.exclude(state__in=COPY_STOPPING_OR_STOPPED):
                 lifecycle.stop_copy_soon(copy)
         lifecycle.enqueue("refresh_deployment", deployment.pk)
     return Done(Deployment.objects.filter(pk=deployment.pk).first(), DELETING)
@@ -370,7 +384,7 @@ def check_now(actor: Any, deployment: Deployment) -> Done:
     """Look at it at once; a FAILED deployment starts over."""
     with transaction.atomic():
         record(deployment, actor, "Check now")
-        if deployment.state in (D.FAILED, D.MUST_REDOWNLOAD):
+        if deployment.state in DEPLOYMENT_GAVE_UP:
             lifecycle.start_over(deployment, "Checked: trying again.", actor)
         else:
             lifecycle.enqueue("check_deployment", deployment.pk)
@@ -380,7 +394,7 @@ def check_now(actor: Any, deployment: Deployment) -> Done:
 def deployments_using(row: ServerModel) -> list[str]:
     """Deployments that use a variant's files on this server: every one not stopped."""
     using = Deployment.objects.filter(variant_id=row.variant_id)
-    return list(using.exclude(state=D.STOPPED).values_list("name", flat=True))
+    return list(using.exclude(state=DeploymentState.STOPPED).values_list("name", flat=True))
 
 
 def delete_server_files(actor: Any, row: ServerModel) -> Done:

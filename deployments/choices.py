@@ -1,75 +1,76 @@
-"""The vocabularies of deployments and copies: states, their named groups and badge colours,
-error codes, event kinds and log fields. Defined once here; used everywhere else."""
+"""The vocabularies of deployments and copies: states (with their badge colours) and their named
+groups, error codes, event kinds and log fields. Defined once here; used everywhere else."""
 
 from __future__ import annotations
 
 from django.db import models
 
-
-class DeploymentState(models.TextChoices):
-    REQUESTED = "REQUESTED", "Requested"
-    DEPLOYING = "DEPLOYING", "Deploying"
-    INITIALIZING = "INITIALIZING", "Initializing"
-    DEPLOYED = "DEPLOYED", "Deployed"
-    DEGRADED = "DEGRADED", "Degraded"
-    STOPPING = "STOPPING", "Stopping"
-    STOPPED = "STOPPED", "Stopped"
-    ERROR = "ERROR", "Error"
-    FAILED = "FAILED", "Failed"
-    MUST_REDOWNLOAD = "MUST_REDOWNLOAD", "Must re-download"
+from console.choices import Badge, StateChoices
 
 
-class CopyState(models.TextChoices):
-    REQUESTED = "REQUESTED", "Requested"
-    PENDING = "PENDING", "Waiting for room"
-    COPYING_FILES = "COPYING_FILES", "Copying files"
-    STARTING = "STARTING", "Starting"
-    READY = "READY", "Ready"
-    STOPPING = "STOPPING", "Stopping"
-    STOPPED = "STOPPED", "Stopped"
-    FAILED = "FAILED", "Failed"
+class DeploymentState(StateChoices):
+    REQUESTED = "REQUESTED", Badge.GREY, "Requested"
+    DEPLOYING = "DEPLOYING", Badge.BLUE, "Deploying"
+    INITIALIZING = "INITIALIZING", Badge.BLUE, "Initializing"
+    DEPLOYED = "DEPLOYED", Badge.GREEN, "Deployed"
+    DEGRADED = "DEGRADED", Badge.AMBER, "Degraded"
+    STOPPING = "STOPPING", Badge.GREY, "Stopping"
+    STOPPED = "STOPPED", Badge.GREY, "Stopped"
+    ERROR = "ERROR", Badge.AMBER, "Error"
+    FAILED = "FAILED", Badge.RED, "Failed"
+    MUST_REDOWNLOAD = "MUST_REDOWNLOAD", Badge.RED, "Must re-download"
 
-
-D = DeploymentState
-C = CopyState
 
 # Named groups, so code says what it means ("can it be scaled?") rather than listing states.
-DEPLOYMENT_SERVING = frozenset({D.DEPLOYED, D.DEGRADED})
-DEPLOYMENT_ACTIVE = frozenset(
-    {D.REQUESTED, D.DEPLOYING, D.INITIALIZING, D.DEPLOYED, D.DEGRADED, D.ERROR, D.MUST_REDOWNLOAD}
+# Placed: its state follows its copies, so it may move between any of these.
+DEPLOYMENT_RUNNING = frozenset(
+    {
+        DeploymentState.DEPLOYING,
+        DeploymentState.INITIALIZING,
+        DeploymentState.DEPLOYED,
+        DeploymentState.DEGRADED,
+        DeploymentState.ERROR,
+    }
 )
-DEPLOYMENT_CAN_SCALE = frozenset({D.DEPLOYING, D.INITIALIZING, D.DEPLOYED, D.DEGRADED, D.ERROR})
-DEPLOYMENT_FAILED = frozenset({D.FAILED, D.ERROR, D.MUST_REDOWNLOAD})
-DEPLOYMENT_STOPPED = frozenset({D.STOPPING, D.STOPPED})
+DEPLOYMENT_PLACEABLE = DEPLOYMENT_RUNNING | {DeploymentState.REQUESTED}
+DEPLOYMENT_CAN_SCALE = DEPLOYMENT_PLACEABLE  # scaling places or stops copies
+DEPLOYMENT_ACTIVE = DEPLOYMENT_PLACEABLE | {DeploymentState.MUST_REDOWNLOAD}
+DEPLOYMENT_SERVING = frozenset({DeploymentState.DEPLOYED, DeploymentState.DEGRADED})
+DEPLOYMENT_STOPPING_OR_STOPPED = frozenset({DeploymentState.STOPPING, DeploymentState.STOPPED})
+# It stopped trying: it starts over when checked, or when its files are on this server.
+DEPLOYMENT_GAVE_UP = frozenset({DeploymentState.FAILED, DeploymentState.MUST_REDOWNLOAD})
+DEPLOYMENT_FAILING = DEPLOYMENT_GAVE_UP | {DeploymentState.ERROR}
 # The groups the deployments list filters by, by the name the filter shows.
 DEPLOYMENT_GROUPS = {
     "active": DEPLOYMENT_ACTIVE,
     "serving": DEPLOYMENT_SERVING,
-    "failed": DEPLOYMENT_FAILED,
-    "stopped": DEPLOYMENT_STOPPED,
-}
-
-# Badge colours (CSS class suffixes in static/css/berth.css).
-BADGE_COLOURS: dict[str, str] = {
-    D.REQUESTED: "grey",
-    D.DEPLOYING: "blue",
-    D.INITIALIZING: "blue",
-    D.DEPLOYED: "green",
-    D.DEGRADED: "amber",
-    D.STOPPING: "grey",
-    D.STOPPED: "grey",
-    D.ERROR: "amber",
-    D.FAILED: "red",
-    D.MUST_REDOWNLOAD: "red",
-    C.PENDING: "amber",
-    C.COPYING_FILES: "blue",
-    C.STARTING: "blue",
-    C.READY: "green",
+    "failed": DEPLOYMENT_FAILING,
+    "stopped": DEPLOYMENT_STOPPING_OR_STOPPED,
 }
 
 
-def badge_colour(state: str) -> str:
-    return BADGE_COLOURS.get(state, "grey")
+class CopyState(StateChoices):
+    REQUESTED = "REQUESTED", Badge.GREY, "Requested"
+    PENDING = "PENDING", Badge.AMBER, "Waiting for room"
+    COPYING_FILES = "COPYING_FILES", Badge.BLUE, "Copying files"
+    STARTING = "STARTING", Badge.BLUE, "Starting"
+    READY = "READY", Badge.GREEN, "Ready"
+    STOPPING = "STOPPING", Badge.GREY, "Stopping"
+    STOPPED = "STOPPED", Badge.GREY, "Stopped"
+    FAILED = "FAILED", Badge.RED, "Failed"
+
+
+COPY_WAITING = frozenset({CopyState.REQUESTED, CopyState.PENDING})
+# On a machine and holding its room: copying its files, starting or serving.
+COPY_PLACED = frozenset({CopyState.COPYING_FILES, CopyState.STARTING, CopyState.READY})
+# A copy in one of these may have an engine running (or about to): its engine is owned. An
+# engine of a copy in any other state (or of no copy at all) is a stray the reconciler stops.
+COPY_MAY_HAVE_ENGINE = COPY_PLACED | {CopyState.STOPPING}
+# Its engine was started: the watcher follows its health and its logs.
+COPY_ENGINE_STARTED = frozenset({CopyState.STARTING, CopyState.READY, CopyState.STOPPING})
+# A reservation of a copy in one of these is left over and is released.
+COPY_HOLDS_NO_ROOM = frozenset({CopyState.PENDING, CopyState.STOPPED, CopyState.FAILED})
+COPY_STOPPING_OR_STOPPED = frozenset({CopyState.STOPPING, CopyState.STOPPED})
 
 
 class ErrorCode(models.TextChoices):

@@ -20,9 +20,7 @@ from clusters.backends.supervisor import free_port
 from clusters.models import Accelerator, ClusterKind
 from clusters.registry import backend_for, install_id
 from deployments import lifecycle, machine_files, placing, transitions
-from deployments.choices import CopyState as C
-from deployments.choices import DeploymentState as D
-from deployments.choices import ErrorCode
+from deployments.choices import DEPLOYMENT_PLACEABLE, CopyState, DeploymentState, ErrorCode
 from deployments.classify import Failure
 from deployments.engine.argv import (
     LaunchFacts,
@@ -203,7 +201,7 @@ def prepare(copy_id: int) -> None:
     """Put the model's files on the copy's machine, then send it to launch (or fail it with
     MUST_REDOWNLOAD). This runs on the transfer queue; the launch goes back to the control one."""
     copy = load_copy(copy_id)
-    if copy is None or copy.state != C.COPYING_FILES:
+    if copy is None or copy.state != CopyState.COPYING_FILES:
         return
     server_copy = lifecycle.files_on_this_server(copy.deployment)
     if server_copy is None:
@@ -231,8 +229,8 @@ def missing_files(copy: Copy, missing: tuple[str, ...], message: str) -> None:
     with transaction.atomic():
         transitions.copy_if(
             copy.pk,
-            {C.COPYING_FILES},
-            C.FAILED,
+            {CopyState.COPYING_FILES},
+            CopyState.FAILED,
             message=words,
             last_error_code=ErrorCode.MUST_REDOWNLOAD,
             last_error_message=words,
@@ -242,10 +240,10 @@ def missing_files(copy: Copy, missing: tuple[str, ...], message: str) -> None:
         if kept is not None:  # the console's own copy must be fetched again too
             mark_must_redownload(kept.pk, words)
         deployment = Deployment.objects.get(pk=copy.deployment_id)
-        if deployment.state in lifecycle.PLACEABLE_DEPLOYMENTS:
+        if deployment.state in DEPLOYMENT_PLACEABLE:
             transitions.move_deployment(
                 deployment.pk,
-                D.MUST_REDOWNLOAD,
+                DeploymentState.MUST_REDOWNLOAD,
                 message=words,
                 last_error_code=ErrorCode.MUST_REDOWNLOAD,
                 last_error_message=words,
@@ -270,7 +268,9 @@ def neighbour_starting(copy: Copy) -> Copy | None:
     """Another copy starting on one of this copy's GPUs (vLLM checks free memory at start)."""
     gpu_ids = Reservation.objects.filter(copy=copy).values_list("accelerator_id", flat=True)
     return (
-        Copy.objects.filter(state=C.STARTING, reservations__accelerator_id__in=list(gpu_ids))
+        Copy.objects.filter(
+            state=CopyState.STARTING, reservations__accelerator_id__in=list(gpu_ids)
+        )
         .exclude(pk=copy.pk)
         .first()
     )
@@ -285,7 +285,11 @@ def claim_for_launch(copy_id: int) -> tuple[Copy, str] | None:
             "accelerator_id", flat=True
         )
         list(Accelerator.objects.select_for_update().filter(pk__in=list(gpu_ids)).order_by("pk"))
-        copy = Copy.objects.select_for_update().filter(pk=copy_id, state=C.COPYING_FILES).first()
+        copy = (
+            Copy.objects.select_for_update()
+            .filter(pk=copy_id, state=CopyState.COPYING_FILES)
+            .first()
+        )
         if copy is None:
             return None
         neighbour = neighbour_starting(copy)
@@ -302,7 +306,7 @@ def claim_for_launch(copy_id: int) -> tuple[Copy, str] | None:
         now = timezone.now()
         transitions.move_copy(
             copy.pk,
-            C.STARTING,
+            CopyState.STARTING,
             message=f"Starting the engine (attempt {copy.attempts + 1}).",
             attempts=copy.attempts + 1,
             port=port,
@@ -327,7 +331,11 @@ def launch(copy_id: int) -> None:
         # Memory that placement counted as free is still held (by something outside Berth):
         # give the room back and wait for it, rather than fail.
         lifecycle.give_up_room(
-            copy, {C.STARTING}, C.PENDING, message=str(waiting), pending_reason=str(waiting)
+            copy,
+            {CopyState.STARTING},
+            CopyState.PENDING,
+            message=str(waiting),
+            pending_reason=str(waiting),
         )
         lifecycle.refresh_state(copy.deployment_id)
         return
@@ -358,7 +366,7 @@ def stop(copy_id: int) -> None:
     when the backend's stop waited for it (local engines); else when the watcher sees it go
     (a Kubernetes pod terminating still holds its GPU)."""
     copy = load_copy(copy_id)
-    if copy is None or copy.state != C.STOPPING:
+    if copy is None or copy.state != CopyState.STOPPING:
         return
     if copy.process_id is None and not copy.pod_name:
         lifecycle.observed_stopped(copy, "Stopped before its engine started.")

@@ -18,24 +18,22 @@ from django.utils import timezone
 from catalog.models import ServerModel, ServerModelState
 from clusters.models import Cluster
 from deployments import transitions
-from deployments.choices import CopyState as C
-from deployments.choices import DeploymentState as D
-from deployments.choices import ErrorCode
+from deployments.choices import (
+    COPY_PLACED,
+    COPY_STOPPING_OR_STOPPED,
+    COPY_WAITING,
+    DEPLOYMENT_GAVE_UP,
+    DEPLOYMENT_PLACEABLE,
+    CopyState,
+    DeploymentState,
+    ErrorCode,
+)
 from deployments.classify import Failure
 from deployments.models import Copy, Deployment, Reservation
 from deployments.placing import release, reserve
 
 log = logging.getLogger(__name__)
 GIB = 2**30
-
-WAITING = frozenset({C.REQUESTED, C.PENDING})
-PLACEABLE_DEPLOYMENTS = frozenset(
-    {D.REQUESTED, D.DEPLOYING, D.INITIALIZING, D.DEPLOYED, D.DEGRADED, D.ERROR}
-)
-STOPPABLE_COPIES = frozenset({C.COPYING_FILES, C.STARTING, C.READY})
-# A copy in one of these may have an engine running (or about to): its engine is owned. An
-# engine of a copy in any other state (or of no copy at all) is a stray the reconciler stops.
-MAY_HAVE_ENGINE = STOPPABLE_COPIES | {C.STOPPING}
 
 
 def enqueue(task_name: str, *ids: int) -> None:
@@ -59,7 +57,7 @@ def enqueue_now(task_name: str, *ids: int) -> None:
 def ensure_copies(deployment: Deployment) -> None:
     """Create Copy rows of the current generation up to the number wanted."""
     current = deployment.copies.filter(generation=deployment.generation).exclude(
-        state__in=[C.STOPPING, C.STOPPED]
+        state__in=COPY_STOPPING_OR_STOPPED
     )
     missing = deployment.copies_wanted - current.count()
     if missing <= 0:
@@ -73,7 +71,7 @@ def ensure_copies(deployment: Deployment) -> None:
 
 
 def copies_without_room(deployment: Deployment) -> list[Copy]:
-    waiting = deployment.copies.filter(state__in=WAITING, generation=deployment.generation)
+    waiting = deployment.copies.filter(state__in=COPY_WAITING, generation=deployment.generation)
     return list(waiting.annotate(held=Count("reservations")).filter(held=0).order_by("ordinal"))
 
 
@@ -130,7 +128,9 @@ def download_progress(deployment: Deployment) -> str:
 
 def place(deployment_id: int) -> None:
     """Give room to the copies that wait for it; start those that got it."""
-    waiting_for_files = Deployment.objects.filter(pk=deployment_id, state=D.REQUESTED).first()
+    waiting_for_files = Deployment.objects.filter(
+        pk=deployment_id, state=DeploymentState.REQUESTED
+    ).first()
     if waiting_for_files is not None and files_on_this_server(waiting_for_files) is None:
         transitions.note(deployment_id, download_progress(waiting_for_files))
         return
@@ -140,7 +140,7 @@ def place(deployment_id: int) -> None:
         )
         Cluster.objects.select_for_update().get(pk=deployment.cluster_id)  # cluster lock first
         deployment = Deployment.objects.select_for_update().get(pk=deployment_id)
-        if deployment.state not in PLACEABLE_DEPLOYMENTS:
+        if deployment.state not in DEPLOYMENT_PLACEABLE:
             return
         ensure_copies(deployment)
         waiting = copies_without_room(deployment)
@@ -151,7 +151,7 @@ def place(deployment_id: int) -> None:
         for copy, placed in zip(waiting, result.placed, strict=False):
             where = f"{placed.machine} GPU {','.join(map(str, placed.accelerators))}"
             where += f" (MIG {placed.slice})" if placed.slice else ""
-            transitions.move_copy(copy.pk, C.COPYING_FILES, message=f"Placed on {where}.")
+            transitions.move_copy(copy.pk, CopyState.COPYING_FILES, message=f"Placed on {where}.")
             enqueue("prepare_copy", copy.pk)
         unplaced = waiting[len(result.placed) :]
         for copy, reason in zip(unplaced, result.not_placed, strict=False):
@@ -166,15 +166,15 @@ def place(deployment_id: int) -> None:
 
 def is_fresh(deployment: Deployment) -> bool:
     """True while none of its copies holds room or serves: Host fails fast on a NoFit then."""
-    holding = deployment.copies.filter(state__in=[C.COPYING_FILES, C.STARTING, C.READY])
-    return deployment.state == D.REQUESTED and not holding.exists()
+    holding = deployment.copies.filter(state__in=COPY_PLACED)
+    return deployment.state == DeploymentState.REQUESTED and not holding.exists()
 
 
 def wait_for_room(copy: Copy, reason: str) -> None:
-    if copy.state == C.PENDING:
+    if copy.state == CopyState.PENDING:
         Copy.objects.filter(pk=copy.pk).update(pending_reason=reason)
     else:
-        transitions.move_copy(copy.pk, C.PENDING, message=reason, pending_reason=reason)
+        transitions.move_copy(copy.pk, CopyState.PENDING, message=reason, pending_reason=reason)
 
 
 def fail_no_fit(deployment: Deployment, copies: list[Copy], reason: str) -> None:
@@ -182,11 +182,15 @@ def fail_no_fit(deployment: Deployment, copies: list[Copy], reason: str) -> None
     message = reason + (f" Room is held by: {holders}." if holders else "")
     for copy in copies:
         transitions.copy_if(
-            copy.pk, WAITING, C.FAILED, message=message, last_error_code=ErrorCode.NO_FIT
+            copy.pk,
+            COPY_WAITING,
+            CopyState.FAILED,
+            message=message,
+            last_error_code=ErrorCode.NO_FIT,
         )
     transitions.move_deployment(
         deployment.pk,
-        D.FAILED,
+        DeploymentState.FAILED,
         message=f"Does not fit: {message}",
         last_error_code=ErrorCode.NO_FIT,
         last_error_message=message,
@@ -212,32 +216,36 @@ def model_files_changed(server_model_id: int) -> None:
         return
     waiting = Deployment.objects.filter(variant_id=files.variant_id)
     if files.state == ServerModelState.READY:
-        for deployment in waiting.filter(state__in=[D.MUST_REDOWNLOAD, D.FAILED]).filter(
+        for deployment in waiting.filter(state__in=DEPLOYMENT_GAVE_UP).filter(
             last_error_code__in=[ErrorCode.DOWNLOAD_FAILED, ErrorCode.MUST_REDOWNLOAD]
         ):
             start_over(deployment, "The model's files are on this server now; starting.")
-        for deployment in waiting.filter(state=D.REQUESTED):
+        for deployment in waiting.filter(state=DeploymentState.REQUESTED):
             enqueue("place_deployment", deployment.pk)
     elif files.state == ServerModelState.FAILED:
-        for deployment in waiting.filter(state=D.REQUESTED):
+        for deployment in waiting.filter(state=DeploymentState.REQUESTED):
             transitions.move_deployment(
                 deployment.pk,
-                D.FAILED,
+                DeploymentState.FAILED,
                 message=f"The download failed: {files.error}",
                 last_error_code=ErrorCode.DOWNLOAD_FAILED,
                 last_error_message=files.error,
                 last_error_at=timezone.now(),
             )
     else:
-        for deployment in waiting.filter(state=D.REQUESTED):
+        for deployment in waiting.filter(state=DeploymentState.REQUESTED):
             transitions.note(deployment.pk, download_progress(deployment))
 
 
 def start_over(deployment: Deployment, message: str, actor: object = None) -> None:
     """Failed copies are tried again and the deployment is placed from the start."""
-    for copy in deployment.copies.filter(state=C.FAILED):
-        transitions.copy_if(copy.pk, {C.FAILED}, C.REQUESTED, message=message, next_attempt_at=None)
-    transitions.move_deployment(deployment.pk, D.REQUESTED, message=message, actor=actor)
+    for copy in deployment.copies.filter(state=CopyState.FAILED):
+        transitions.copy_if(
+            copy.pk, {CopyState.FAILED}, CopyState.REQUESTED, message=message, next_attempt_at=None
+        )
+    transitions.move_deployment(
+        deployment.pk, DeploymentState.REQUESTED, message=message, actor=actor
+    )
     enqueue("place_deployment", deployment.pk)
 
 
@@ -265,8 +273,8 @@ def fail_copy(copy: Copy, failure: Failure) -> None:
     retry_at = None if failure.permanent else now + backoff(copy.attempts)
     moved = give_up_room(
         copy,
-        {C.COPYING_FILES, C.STARTING, C.READY},
-        C.FAILED,
+        COPY_PLACED,
+        CopyState.FAILED,
         message=f"{failure.code}: {failure.line}",
         last_error_code=failure.code,
         last_error_message=failure.line,
@@ -292,11 +300,15 @@ def fail_copy(copy: Copy, failure: Failure) -> None:
 def retry_due(deployment_id: int) -> None:
     """Copies whose next attempt is due wait for room again (placement runs next)."""
     due = Copy.objects.filter(
-        deployment_id=deployment_id, state=C.FAILED, next_attempt_at__lte=timezone.now()
+        deployment_id=deployment_id, state=CopyState.FAILED, next_attempt_at__lte=timezone.now()
     )
     for copy in due:
         transitions.copy_if(
-            copy.pk, {C.FAILED}, C.REQUESTED, message="Trying again.", next_attempt_at=None
+            copy.pk,
+            {CopyState.FAILED},
+            CopyState.REQUESTED,
+            message="Trying again.",
+            next_attempt_at=None,
         )
 
 
@@ -307,7 +319,7 @@ def copy_counts(deployment: Deployment) -> dict[str, int]:
     rows = deployment.copies.values("state").annotate(n=Count("id"))
     counts = {row["state"]: row["n"] for row in rows}
     counts["failed_for_good"] = deployment.copies.filter(
-        state=C.FAILED, next_attempt_at__isnull=True
+        state=CopyState.FAILED, next_attempt_at__isnull=True
     ).count()
     return counts
 
@@ -319,7 +331,7 @@ def plural(n: int, word: str) -> str:
 
 
 def pending_reason(deployment: Deployment) -> str:
-    copy = deployment.copies.filter(state=C.PENDING).exclude(pending_reason="").first()
+    copy = deployment.copies.filter(state=CopyState.PENDING).exclude(pending_reason="").first()
     return copy.pending_reason if copy else ""
 
 
@@ -330,13 +342,15 @@ def failure_reason(deployment: Deployment) -> str:
 def what_the_rest_do(deployment: Deployment, counts: dict[str, int]) -> str:
     parts = []
     starting = (
-        counts.get(C.STARTING, 0) + counts.get(C.COPYING_FILES, 0) + counts.get(C.REQUESTED, 0)
+        counts.get(CopyState.STARTING, 0)
+        + counts.get(CopyState.COPYING_FILES, 0)
+        + counts.get(CopyState.REQUESTED, 0)
     )
-    if counts.get(C.PENDING):
-        parts.append(f"{counts[C.PENDING]} waits for room: {pending_reason(deployment)}")
+    if counts.get(CopyState.PENDING):
+        parts.append(f"{counts[CopyState.PENDING]} waits for room: {pending_reason(deployment)}")
     if starting:
         parts.append(f"{starting} {'is' if starting == 1 else 'are'} starting")
-    failed = counts.get(C.FAILED, 0)
+    failed = counts.get(CopyState.FAILED, 0)
     if failed:
         parts.append(f"{failed} failed to start: {failure_reason(deployment)}")
     return "; ".join(parts)
@@ -346,25 +360,35 @@ def desired_state(deployment: Deployment) -> tuple[str, str]:
     """The state and message that the copies call for now."""
     counts = copy_counts(deployment)
     wanted = deployment.copies_wanted
-    ready = min(counts.get(C.READY, 0), wanted)
+    ready = min(counts.get(CopyState.READY, 0), wanted)
     rest = what_the_rest_do(deployment, counts)
     if wanted == 0:
-        return D.DEPLOYED, "Scaled to 0 copies: nothing runs, the settings are kept."
+        return DeploymentState.DEPLOYED, "Scaled to 0 copies: nothing runs, the settings are kept."
     if ready == wanted:
-        return D.DEPLOYED, "The copy serves." if wanted == 1 else f"All {wanted} copies serve."
+        return (
+            DeploymentState.DEPLOYED,
+            "The copy serves." if wanted == 1 else f"All {wanted} copies serve.",
+        )
     if ready:
-        return D.DEGRADED, f"{ready} of {wanted} copies serve; {rest}."
-    if counts["failed_for_good"] and not counts.get(C.STARTING) and not counts.get(C.COPYING_FILES):
-        return D.FAILED, f"Failed to start, not tried again: {failure_reason(deployment)}"
-    if counts.get(C.STARTING):
-        return D.INITIALIZING, "The engine is loading the model; no copy serves yet."
-    if counts.get(C.COPYING_FILES):
-        return D.DEPLOYING, "Copying the model's files to the machines."
-    if counts.get(C.FAILED):
-        return D.ERROR, f"No copy serves; {rest}. It is tried again by itself."
-    if counts.get(C.PENDING):
-        return D.ERROR, f"No copy serves; {rest}."
-    return D.DEPLOYING, "Placing the copies."
+        return DeploymentState.DEGRADED, f"{ready} of {wanted} copies serve; {rest}."
+    if (
+        counts["failed_for_good"]
+        and not counts.get(CopyState.STARTING)
+        and not counts.get(CopyState.COPYING_FILES)
+    ):
+        return (
+            DeploymentState.FAILED,
+            f"Failed to start, not tried again: {failure_reason(deployment)}",
+        )
+    if counts.get(CopyState.STARTING):
+        return DeploymentState.INITIALIZING, "The engine is loading the model; no copy serves yet."
+    if counts.get(CopyState.COPYING_FILES):
+        return DeploymentState.DEPLOYING, "Copying the model's files to the machines."
+    if counts.get(CopyState.FAILED):
+        return DeploymentState.ERROR, f"No copy serves; {rest}. It is tried again by itself."
+    if counts.get(CopyState.PENDING):
+        return DeploymentState.ERROR, f"No copy serves; {rest}."
+    return DeploymentState.DEPLOYING, "Placing the copies."
 
 
 def refresh_state(deployment_id: int) -> None:
@@ -372,10 +396,10 @@ def refresh_state(deployment_id: int) -> None:
     deployment = Deployment.objects.filter(pk=deployment_id).first()
     if deployment is None:
         return
-    if deployment.state == D.STOPPING:
+    if deployment.state == DeploymentState.STOPPING:
         finish_stopping(deployment)
         return
-    if deployment.state not in PLACEABLE_DEPLOYMENTS:
+    if deployment.state not in DEPLOYMENT_PLACEABLE:
         return
     state, message = desired_state(deployment)
     if state == deployment.state:
@@ -391,24 +415,28 @@ def refresh_state(deployment_id: int) -> None:
 
 def stop_copy_soon(copy: Copy) -> None:
     """Ask a copy to stop; its room is given back once it is observed stopped."""
-    if copy.state in WAITING or copy.state == C.FAILED:
-        give_up_room(copy, {copy.state}, C.STOPPED, message="Stopped before it started.")
+    if copy.state in COPY_WAITING or copy.state == CopyState.FAILED:
+        give_up_room(copy, {copy.state}, CopyState.STOPPED, message="Stopped before it started.")
         return
-    if copy.state in STOPPABLE_COPIES:
-        transitions.move_copy(copy.pk, C.STOPPING, message="Stopping.")
+    if copy.state in COPY_PLACED:
+        transitions.move_copy(copy.pk, CopyState.STOPPING, message="Stopping.")
         enqueue("stop_copy", copy.pk)
 
 
 def finish_stopping(deployment: Deployment) -> None:
-    if deployment.copies.exclude(state=C.STOPPED).exists():
+    if deployment.copies.exclude(state=CopyState.STOPPED).exists():
         return
-    transitions.move_deployment(deployment.pk, D.STOPPED, message="Stopped: no copy runs.")
+    transitions.move_deployment(
+        deployment.pk, DeploymentState.STOPPED, message="Stopped: no copy runs."
+    )
     if deployment.delete_when_stopped:
         Deployment.objects.filter(pk=deployment.pk).delete()
 
 
 def observed_stopped(copy: Copy, message: str = "Stopped.") -> None:
-    moved = give_up_room(copy, {C.STOPPING}, C.STOPPED, message=message, process_id=None)
+    moved = give_up_room(
+        copy, {CopyState.STOPPING}, CopyState.STOPPED, message=message, process_id=None
+    )
     if moved is not None:
         refresh_state(copy.deployment_id)
 
@@ -426,7 +454,7 @@ def startup_timed_out(copy: Copy) -> Failure:
 
 def past_startup_deadline(copy: Copy) -> bool:
     return (
-        copy.state == C.STARTING
+        copy.state == CopyState.STARTING
         and copy.startup_deadline is not None
         and copy.startup_deadline < timezone.now()
     )
@@ -444,7 +472,7 @@ def startup_deadline(copy: Copy) -> timedelta:
 def scale_down_extras(deployment: Deployment) -> None:
     """Fewer copies wanted: stop the newest of the current generation."""
     current = deployment.copies.filter(generation=deployment.generation).exclude(
-        state__in=[C.STOPPING, C.STOPPED]
+        state__in=COPY_STOPPING_OR_STOPPED
     )
     extra = current.count() - deployment.copies_wanted
     for copy in current.order_by("-ordinal")[: max(0, extra)]:
@@ -454,19 +482,19 @@ def scale_down_extras(deployment: Deployment) -> None:
 def replace_old_generation(deployment: Deployment) -> None:
     """After a size change: stop old copies as new ones serve, or one at a time to make room."""
     old = deployment.copies.filter(generation__lt=deployment.generation).exclude(
-        state__in=[C.STOPPING, C.STOPPED]
+        state__in=COPY_STOPPING_OR_STOPPED
     )
     if not old.exists():
         return
     new = deployment.copies.filter(generation=deployment.generation)
-    ready_new = new.filter(state=C.READY).count()
+    ready_new = new.filter(state=CopyState.READY).count()
     surplus = old.count() + ready_new - deployment.copies_wanted
-    waiting_new = new.filter(state=C.PENDING).exists()
-    if surplus <= 0 and waiting_new and not old.filter(state=C.STOPPING).exists():
+    waiting_new = new.filter(state=CopyState.PENDING).exists()
+    if surplus <= 0 and waiting_new and not old.filter(state=CopyState.STOPPING).exists():
         surplus = 1  # no room to start new copies beside the old: replace one at a time
     for copy in old.order_by("-ordinal")[: max(0, surplus)]:
         stop_copy_soon(copy)
 
 
 def q_active_deployments() -> Q:
-    return Q(state__in=PLACEABLE_DEPLOYMENTS) | Q(state=D.STOPPING)
+    return Q(state__in=DEPLOYMENT_PLACEABLE) | Q(state=DeploymentState.STOPPING)

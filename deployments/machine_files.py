@@ -20,7 +20,7 @@ from django.db.models import Count, Exists, OuterRef, Q
 from django.utils import timezone
 
 from catalog import trust
-from catalog.models import MachineFiles, MachineFilesState, ServerModel
+from catalog.models import MachineFiles, MachineFilesState, ServerModel, ServerModelState
 from clusters.backends.base import BackendError, FilesResult, ModelFiles
 from clusters.models import Machine
 from clusters.registry import backend_for
@@ -29,8 +29,6 @@ from console.models import Team
 from deployments import lifecycle
 from deployments.choices import CopyState
 from deployments.models import Copy, Deployment
-
-F = MachineFilesState
 
 PROGRESS_EVERY_S = 0.5
 # A copy of files saves its progress at least this often (the Kubernetes fill: every poll).
@@ -75,7 +73,10 @@ def row_for(machine: Machine, server_copy: ServerModel) -> MachineFiles:
         machine=machine,
         variant_id=server_copy.variant_id,
         revision=server_copy.revision,
-        defaults={"size_bytes": model_files(server_copy).size_bytes, "state": F.MISSING},
+        defaults={
+            "size_bytes": model_files(server_copy).size_bytes,
+            "state": MachineFilesState.MISSING,
+        },
     )
     return row
 
@@ -109,11 +110,15 @@ def request_sync(deployment: Deployment) -> str:
 
 def queue(row: MachineFiles, team_id: int) -> bool:
     """Queue the row's copy unless one is under way; True when queued."""
-    busy = Q(state=F.COPYING, updated_at__gte=timezone.now() - STALLED_AFTER) | Q(state=F.QUEUED)
+    busy = Q(state=MachineFilesState.COPYING, updated_at__gte=timezone.now() - STALLED_AFTER) | Q(
+        state=MachineFilesState.QUEUED
+    )
     taken = (
         MachineFiles.objects.filter(pk=row.pk)
         .exclude(busy)
-        .update(state=F.QUEUED, progress_bytes=0, message="", updated_at=timezone.now())
+        .update(
+            state=MachineFilesState.QUEUED, progress_bytes=0, message="", updated_at=timezone.now()
+        )
     )
     if taken:
         enqueue(row.pk, team_id)
@@ -130,14 +135,18 @@ def enqueue(row_id: int, team_id: int | None = None) -> None:
 
 def redispatch_stalled() -> int:
     """Queue again the syncs a dead worker left (for the reconciler to call)."""
-    ids = claims.requeue_stalled(MachineFiles, F.QUEUED, F.COPYING, STALLED_AFTER)
+    ids = claims.requeue_stalled(
+        MachineFiles, MachineFilesState.QUEUED, MachineFilesState.COPYING, STALLED_AFTER
+    )
     for row_id in ids:
         enqueue(row_id)
     return len(ids)
 
 
 def claim(row_id: int) -> MachineFiles | None:
-    if not claims.claim(MachineFiles, row_id, F.QUEUED, F.COPYING, STALLED_AFTER):
+    if not claims.claim(
+        MachineFiles, row_id, MachineFilesState.QUEUED, MachineFilesState.COPYING, STALLED_AFTER
+    ):
         return None
     return MachineFiles.objects.select_related("machine__cluster", "variant").get(pk=row_id)
 
@@ -149,7 +158,7 @@ def run_sync(row_id: int, team_id: int | None = None) -> None:
     if row is None:
         return
     server_copy = ServerModel.objects.filter(
-        variant_id=row.variant_id, revision=row.revision, state="ready"
+        variant_id=row.variant_id, revision=row.revision, state=ServerModelState.READY
     ).first()
     if server_copy is None:
         finish(row, FilesResult(False, message="this server no longer keeps the model files"))
@@ -175,8 +184,8 @@ def copy_for_launch(copy: Copy, server_copy: ServerModel) -> FilesResult | None:
     now = timezone.now()
     if not (
         MachineFiles.objects.filter(pk=row.pk)
-        .exclude(state=F.COPYING, updated_at__gte=now - ALIVE_WITHIN)
-        .update(state=F.COPYING, updated_at=now)
+        .exclude(state=MachineFilesState.COPYING, updated_at__gte=now - ALIVE_WITHIN)
+        .update(state=MachineFilesState.COPYING, updated_at=now)
     ):
         return None
     row.refresh_from_db()
@@ -204,7 +213,7 @@ def being_copied() -> Exists:
         MachineFiles.objects.filter(
             machine=OuterRef("machine"),
             variant=OuterRef("deployment__variant"),
-            state=F.COPYING,
+            state=MachineFilesState.COPYING,
             updated_at__gte=timezone.now() - ALIVE_WITHIN,
         )
     )
@@ -238,7 +247,7 @@ class ProgressSaver:
         if now - self.saved_at < PROGRESS_EVERY_S:
             return
         self.saved_at = now
-        MachineFiles.objects.filter(pk=self.row.pk, state=F.COPYING).update(
+        MachineFiles.objects.filter(pk=self.row.pk, state=MachineFilesState.COPYING).update(
             progress_bytes=max(0, done), updated_at=timezone.now()
         )
         changed(self.row)
@@ -246,9 +255,9 @@ class ProgressSaver:
 
 def finish(row: MachineFiles, result: FilesResult, failed: bool = False) -> None:
     if result.present:
-        state = F.PRESENT
+        state = MachineFilesState.PRESENT
     else:
-        state = F.FAILED if failed else F.MISSING
+        state = MachineFilesState.FAILED if failed else MachineFilesState.MISSING
     changes: dict[str, Any] = {"state": state, "message": result.message[:2000]}
     if result.present:
         changes.update(progress_bytes=row.size_bytes, checked_at=timezone.now())
@@ -274,7 +283,9 @@ class FilesSummary:
 
     @property
     def on(self) -> int:
-        return sum(1 for line in self.lines if line.files and line.files.state == F.PRESENT)
+        return sum(
+            1 for line in self.lines if line.files and line.files.state == MachineFilesState.PRESENT
+        )
 
     @property
     def of(self) -> int:

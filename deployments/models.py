@@ -12,6 +12,7 @@ from django.db.models.functions import Floor
 from catalog.models import Engine, Model, Variant
 from clusters.models import Accelerator, Cluster, HardwareClass, Machine
 from console import crypto
+from console.choices import StateField
 from console.models import SLUG_PATTERN, Team, slug_validator
 from deployments.choices import (
     CopyState,
@@ -57,12 +58,7 @@ class Deployment(StateGuardedModel):
         validators=[MinValueValidator(REPLY_WAIT_MIN_S), MaxValueValidator(REPLY_WAIT_MAX_S)],
     )
     notices = models.JSONField(default=list, blank=True, editable=False)
-    state = models.CharField(
-        max_length=16,
-        choices=DeploymentState.choices,
-        default=DeploymentState.REQUESTED,
-        editable=False,
-    )
+    state = StateField(DeploymentState, default=DeploymentState.REQUESTED, editable=False)
     last_message = models.TextField(blank=True, editable=False)
     last_checked_at = models.DateTimeField(null=True, blank=True, editable=False)
     last_error_code = models.CharField(
@@ -122,9 +118,7 @@ class Copy(StateGuardedModel):
     deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="copies")
     ordinal = models.PositiveIntegerField()
     generation = models.PositiveIntegerField(default=1)
-    state = models.CharField(
-        max_length=16, choices=CopyState.choices, default=CopyState.REQUESTED, editable=False
-    )
+    state = StateField(CopyState, default=CopyState.REQUESTED, editable=False)
     machine = models.ForeignKey(
         Machine, on_delete=models.SET_NULL, null=True, blank=True, related_name="copies"
     )

@@ -18,9 +18,17 @@ from clusters.backends.base import ENGINE_GONE, RunningEngine
 from clusters.models import Cluster
 from clusters.registry import backend_for, install_id
 from deployments import launching, lifecycle, machine_files
-from deployments.choices import CopyState as C
-from deployments.choices import DeploymentState as D
-from deployments.choices import EventKind
+from deployments.choices import (
+    COPY_HOLDS_NO_ROOM,
+    COPY_MAY_HAVE_ENGINE,
+    COPY_PLACED,
+    COPY_STOPPING_OR_STOPPED,
+    COPY_WAITING,
+    DEPLOYMENT_PLACEABLE,
+    CopyState,
+    DeploymentState,
+    EventKind,
+)
 from deployments.models import Copy, Deployment, Event, Reservation
 
 log = logging.getLogger(__name__)
@@ -31,7 +39,7 @@ ABANDONED_AFTER = timedelta(seconds=60)
 def converge(deployment_id: int) -> None:
     """Bring one deployment toward what is wanted: more, fewer or new-size copies, retries."""
     deployment = Deployment.objects.filter(pk=deployment_id).first()
-    if deployment is None or deployment.state not in lifecycle.PLACEABLE_DEPLOYMENTS:
+    if deployment is None or deployment.state not in DEPLOYMENT_PLACEABLE:
         if deployment is not None:
             lifecycle.refresh_state(deployment.pk)
         return
@@ -48,20 +56,22 @@ def redispatch_abandoned(deployment: Deployment) -> None:
     """Copies whose worker died mid-step, or that waited for a neighbour to start, go again."""
     quiet_since = timezone.now() - ABANDONED_AFTER
     # A copy whose files are still arriving is not abandoned, however long the copy takes.
-    copying = deployment.copies.filter(state=C.COPYING_FILES).exclude(machine_files.being_copied())
+    copying = deployment.copies.filter(state=CopyState.COPYING_FILES).exclude(
+        machine_files.being_copied()
+    )
     for copy in copying.filter(Q(state_changed_at__lt=quiet_since) | ~Q(pending_reason="")):
         lifecycle.enqueue("prepare_copy", copy.pk)
-    for copy in deployment.copies.filter(state=C.STOPPING, state_changed_at__lt=quiet_since):
+    for copy in deployment.copies.filter(
+        state=CopyState.STOPPING, state_changed_at__lt=quiet_since
+    ):
         lifecycle.enqueue("stop_copy", copy.pk)
 
 
 def needs_placing(deployment: Deployment) -> bool:
     live = deployment.copies.filter(generation=deployment.generation).exclude(
-        state__in=[C.STOPPING, C.STOPPED]
+        state__in=COPY_STOPPING_OR_STOPPED
     )
-    return (
-        live.count() < deployment.copies_wanted or live.filter(state__in=lifecycle.WAITING).exists()
-    )
+    return live.count() < deployment.copies_wanted or live.filter(state__in=COPY_WAITING).exists()
 
 
 def reap_stuck() -> None:
@@ -69,7 +79,7 @@ def reap_stuck() -> None:
     keeps its room until its engine is seen gone: at once where the stop waits for it (local
     engines), else when the watcher sees the pod go (it fails the copy with the same words);
     until then each pass asks again (a Kubernetes delete is idempotent)."""
-    stuck = Copy.objects.filter(state=C.STARTING, startup_deadline__lt=timezone.now())
+    stuck = Copy.objects.filter(state=CopyState.STARTING, startup_deadline__lt=timezone.now())
     for copy in stuck.select_related("deployment__cluster", "machine"):
         backend = backend_for(copy.deployment.cluster)
         handle = launching.handle_for(copy)
@@ -85,9 +95,9 @@ def reap_stuck() -> None:
 
 def evacuate_lost_machines() -> None:
     """Copies on a machine that is no longer reported wait for room elsewhere."""
-    lost = Copy.objects.filter(
-        state__in=[C.COPYING_FILES, C.STARTING, C.READY], machine__ready=False
-    ).select_related("deployment__cluster", "machine")
+    lost = Copy.objects.filter(state__in=COPY_PLACED, machine__ready=False).select_related(
+        "deployment__cluster", "machine"
+    )
     for copy in lost:
         try:
             backend_for(copy.deployment.cluster).stop(launching.handle_for(copy))
@@ -96,8 +106,8 @@ def evacuate_lost_machines() -> None:
         reason = f"Its machine {copy.machine.name} is no longer reported; placing it again."
         lifecycle.give_up_room(
             copy,
-            {C.COPYING_FILES, C.STARTING, C.READY},
-            C.PENDING,
+            COPY_PLACED,
+            CopyState.PENDING,
             message=reason,
             pending_reason=reason,
             process_id=None,
@@ -106,7 +116,7 @@ def evacuate_lost_machines() -> None:
 
 def release_orphaned_reservations() -> int:
     """Room held by copies that no longer run (stopped, or failed with no process)."""
-    orphaned = Reservation.objects.filter(copy__state__in=[C.STOPPED, C.FAILED, C.PENDING])
+    orphaned = Reservation.objects.filter(copy__state__in=COPY_HOLDS_NO_ROOM)
     deleted, _ = orphaned.delete()
     return deleted
 
@@ -133,13 +143,15 @@ def copy_counts_by_deployment(ids: list[int]) -> dict[int, list[tuple[str, int, 
 
 def is_settled(deployment: Deployment, copies: list[tuple[str, int, int]]) -> bool:
     """Every wanted copy of the current size serves and nothing else runs: nothing to do."""
-    if deployment.state != D.DEPLOYED:
+    if deployment.state != DeploymentState.DEPLOYED:
         return False
-    running = [(state, generation, n) for state, generation, n in copies if state != C.STOPPED]
+    running = [
+        (state, generation, n) for state, generation, n in copies if state != CopyState.STOPPED
+    ]
     ready = sum(
         n
         for state, generation, n in running
-        if state == C.READY and generation == deployment.generation
+        if state == CopyState.READY and generation == deployment.generation
     )
     return ready == deployment.copies_wanted and sum(n for _, _, n in running) == ready
 
@@ -194,7 +206,7 @@ def strays(running: list[RunningEngine], started_before: datetime) -> list[Runni
     owned = set(
         Copy.objects.filter(
             pk__in=[engine.handle.copy_id for engine in running],
-            state__in=lifecycle.MAY_HAVE_ENGINE,
+            state__in=COPY_MAY_HAVE_ENGINE,
         ).values_list("pk", flat=True)
     )
     return [

@@ -12,36 +12,64 @@ from django.db import transaction
 from django.utils import timezone
 
 from console import live
-from deployments.choices import CopyState as C
-from deployments.choices import DeploymentState as D
-from deployments.choices import EventKind
+from deployments.choices import DEPLOYMENT_RUNNING, CopyState, DeploymentState, EventKind
 from deployments.guard import state_change_allowed
 from deployments.models import Copy, Deployment, Event
 
-# While a deployment runs, its state follows its copies, so it may move between any of these.
-RUNNING = frozenset({D.DEPLOYING, D.INITIALIZING, D.DEPLOYED, D.DEGRADED, D.ERROR})
-LEAVING_RUNNING = frozenset({D.FAILED, D.MUST_REDOWNLOAD, D.STOPPING})
+# While a deployment runs, its state follows its copies, so it may move between any of
+# DEPLOYMENT_RUNNING; it leaves them for one of these.
+LEAVING_RUNNING = frozenset(
+    {DeploymentState.FAILED, DeploymentState.MUST_REDOWNLOAD, DeploymentState.STOPPING}
+)
 
 DEPLOYMENT_TRANSITIONS: dict[str, frozenset[str]] = {
-    D.REQUESTED: RUNNING | LEAVING_RUNNING,
-    **{state: (RUNNING - {state}) | LEAVING_RUNNING for state in RUNNING},
-    D.FAILED: frozenset({D.REQUESTED, D.STOPPING, D.STOPPED}),
-    D.MUST_REDOWNLOAD: frozenset({D.REQUESTED, D.FAILED, D.STOPPING, D.STOPPED}),
-    D.STOPPING: frozenset({D.STOPPED, D.ERROR}),
-    D.STOPPED: frozenset({D.REQUESTED}),
+    DeploymentState.REQUESTED: DEPLOYMENT_RUNNING | LEAVING_RUNNING,
+    **{state: (DEPLOYMENT_RUNNING - {state}) | LEAVING_RUNNING for state in DEPLOYMENT_RUNNING},
+    DeploymentState.FAILED: frozenset(
+        {DeploymentState.REQUESTED, DeploymentState.STOPPING, DeploymentState.STOPPED}
+    ),
+    DeploymentState.MUST_REDOWNLOAD: frozenset(
+        {
+            DeploymentState.REQUESTED,
+            DeploymentState.FAILED,
+            DeploymentState.STOPPING,
+            DeploymentState.STOPPED,
+        }
+    ),
+    DeploymentState.STOPPING: frozenset({DeploymentState.STOPPED, DeploymentState.ERROR}),
+    DeploymentState.STOPPED: frozenset({DeploymentState.REQUESTED}),
 }
 
 COPY_TRANSITIONS: dict[str, frozenset[str]] = {
-    C.REQUESTED: frozenset(
-        {C.PENDING, C.COPYING_FILES, C.STARTING, C.FAILED, C.STOPPING, C.STOPPED}
+    CopyState.REQUESTED: frozenset(
+        {
+            CopyState.PENDING,
+            CopyState.COPYING_FILES,
+            CopyState.STARTING,
+            CopyState.FAILED,
+            CopyState.STOPPING,
+            CopyState.STOPPED,
+        }
     ),
-    C.PENDING: frozenset({C.COPYING_FILES, C.FAILED, C.STOPPING, C.STOPPED}),
-    C.COPYING_FILES: frozenset({C.STARTING, C.PENDING, C.FAILED, C.STOPPING, C.STOPPED}),
-    C.STARTING: frozenset({C.READY, C.PENDING, C.FAILED, C.STOPPING}),
-    C.READY: frozenset({C.PENDING, C.FAILED, C.STOPPING}),
-    C.STOPPING: frozenset({C.STOPPED, C.FAILED}),
-    C.STOPPED: frozenset({C.REQUESTED}),
-    C.FAILED: frozenset({C.REQUESTED, C.STOPPING, C.STOPPED}),
+    CopyState.PENDING: frozenset(
+        {CopyState.COPYING_FILES, CopyState.FAILED, CopyState.STOPPING, CopyState.STOPPED}
+    ),
+    CopyState.COPYING_FILES: frozenset(
+        {
+            CopyState.STARTING,
+            CopyState.PENDING,
+            CopyState.FAILED,
+            CopyState.STOPPING,
+            CopyState.STOPPED,
+        }
+    ),
+    CopyState.STARTING: frozenset(
+        {CopyState.READY, CopyState.PENDING, CopyState.FAILED, CopyState.STOPPING}
+    ),
+    CopyState.READY: frozenset({CopyState.PENDING, CopyState.FAILED, CopyState.STOPPING}),
+    CopyState.STOPPING: frozenset({CopyState.STOPPED, CopyState.FAILED}),
+    CopyState.STOPPED: frozenset({CopyState.REQUESTED}),
+    CopyState.FAILED: frozenset({CopyState.REQUESTED, CopyState.STOPPING, CopyState.STOPPED}),
 }
 
 

@@ -25,15 +25,13 @@ from clusters.backends.base import ENGINE_GONE, MetricSample, Observation
 from clusters.models import Cluster
 from clusters.registry import backend_for
 from deployments import figures, lifecycle, logs, transitions
-from deployments.choices import CopyState as C
-from deployments.choices import ErrorCode, LogLevel, LogStream
+from deployments.choices import COPY_ENGINE_STARTED, CopyState, ErrorCode, LogLevel, LogStream
 from deployments.classify import Failure, classify
 from deployments.launching import handle_for
 from deployments.models import Copy
 
 log = logging.getLogger(__name__)
 ADVISORY_NAMESPACE = 7261  # "berth watcher"; the cluster id is the second key
-WATCHED = (C.STARTING, C.READY, C.STOPPING)
 # A copy claimed for launch but without a process after this long lost its worker.
 LAUNCH_GRACE = timedelta(seconds=60)
 
@@ -41,9 +39,9 @@ LAUNCH_GRACE = timedelta(seconds=60)
 def watched_copies(cluster_id: int) -> list[Copy]:
     related = ("deployment__cluster", "deployment__variant", "machine")
     return list(
-        Copy.objects.filter(deployment__cluster_id=cluster_id, state__in=WATCHED).select_related(
-            *related
-        )
+        Copy.objects.filter(
+            deployment__cluster_id=cluster_id, state__in=COPY_ENGINE_STARTED
+        ).select_related(*related)
     )
 
 
@@ -80,14 +78,16 @@ def failure_of(copy: Copy, seen: Observation) -> Failure:
     if found is None:
         words = seen.message or f"The engine stopped ({seen.reason or 'no reason given'})."
         found = Failure(ErrorCode.CONTAINER_EXITED, False, words)
-    if copy.state == C.READY:  # it served before, so the same start can work again
+    if copy.state == CopyState.READY:  # it served before, so the same start can work again
         found = Failure(found.code, False, found.line, found.fix)
     return found
 
 
 def became_ready(copy: Copy) -> None:
     machine = copy.machine.name if copy.machine_id else "its machine"
-    moved = transitions.copy_if(copy.pk, {C.STARTING}, C.READY, message=f"Serves on {machine}.")
+    moved = transitions.copy_if(
+        copy.pk, {CopyState.STARTING}, CopyState.READY, message=f"Serves on {machine}."
+    )
     if moved is None:
         return
     where = "its own socket" if copy.socket_path else f"port {copy.port}"
@@ -99,14 +99,14 @@ def became_ready(copy: Copy) -> None:
 def wake_neighbours(copy: Copy) -> None:
     """Copies that waited for this one to finish starting on a shared GPU may start now."""
     waiting = Copy.objects.filter(
-        deployment__cluster_id=copy.deployment.cluster_id, state=C.COPYING_FILES
+        deployment__cluster_id=copy.deployment.cluster_id, state=CopyState.COPYING_FILES
     ).exclude(pending_reason="")
     for neighbour in waiting:
         lifecycle.enqueue_now("launch_copy", neighbour.pk)
 
 
 def stopped_running(copy: Copy, seen: Observation) -> None:
-    if copy.state == C.STOPPING:
+    if copy.state == CopyState.STOPPING:
         logs.serving(copy, f"Copy {copy.ordinal} stopped.")
         lifecycle.observed_stopped(copy)
         return
@@ -121,11 +121,11 @@ def stopped_running(copy: Copy, seen: Observation) -> None:
 
 
 def apply(copy: Copy, seen: Observation) -> None:
-    if seen.status == "ready" and copy.state == C.STARTING:
+    if seen.status == "ready" and copy.state == CopyState.STARTING:
         became_ready(copy)
     elif seen.status in ENGINE_GONE:
         stopped_running(copy, seen)
-    elif seen.status == "unschedulable" and copy.state == C.STARTING:
+    elif seen.status == "unschedulable" and copy.state == CopyState.STARTING:
         Copy.objects.filter(pk=copy.pk).update(pending_reason=seen.message or seen.reason)
 
 
@@ -162,9 +162,9 @@ def scrape_once(cluster_id: int) -> None:
     """The engines' own figures (/metrics) of every serving copy, per deployment."""
     close_old_connections()
     serving = list(
-        Copy.objects.filter(deployment__cluster_id=cluster_id, state=C.READY).select_related(
-            "deployment__cluster", "machine"
-        )
+        Copy.objects.filter(
+            deployment__cluster_id=cluster_id, state=CopyState.READY
+        ).select_related("deployment__cluster", "machine")
     )
     if not serving:
         return

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django import template
 
-from deployments.choices import badge_colour as colour_of
+from console.choices import Badge, StateChoices
 
 register = template.Library()
 GIB = 2**30
@@ -19,8 +19,16 @@ def gib(value: int | None) -> str:
 
 
 @register.filter
-def badge_colour(state: str) -> str:
-    return colour_of(state)
+def badge(state: object) -> str:
+    """A state's badge colour (CSS class badge-<colour>), from the state's own vocabulary.
+    Rows' state fields give their states (console.choices.StateField), never bare text."""
+    if isinstance(state, StateChoices):
+        return state.colour
+    return Badge.GREY  # not a state of any vocabulary (e.g. none yet)
+
+
+# Until the templates say `|badge` (they are being reformatted on another branch).
+register.filter("badge_colour", badge)
 
 
 @register.filter

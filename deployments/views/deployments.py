@@ -78,7 +78,7 @@ def scale(request: HttpRequest, pk: int) -> HttpResponse:
 def confirm(request: HttpRequest, pk: int, action: str) -> HttpResponse:
     """Stop and Delete ask first, on a page of their own (JavaScript or not)."""
     deployment = get_deployment(request.user, pk, NEEDS_OPERATE)
-    copies = deployment.copies.exclude(state__in=[CopyState.STOPPED]).count()
+    copies = deployment.copies.exclude(state=CopyState.STOPPED).count()
     context = {"deployment": deployment, "action": action, "copies": copies}
     return render(request, "deployments/confirm.html", context)
 

@@ -28,6 +28,7 @@ from clusters.models import Cluster
 from console.access import NEEDS_OPERATE
 from deployments import actions, launching
 from deployments.access import get_deployment
+from deployments.choices import DEPLOYMENT_STOPPING_OR_STOPPED
 from deployments.engine import presets, reviewed, suggestions
 from deployments.engine.argv import LaunchFacts, cpu_threads, preview_argv
 from deployments.engine.context import EngineContext
@@ -370,7 +371,7 @@ def where_of(deployment: Deployment) -> Where:
 
 def restart_words(deployment: Deployment, settings: dict[str, Any]) -> str:
     """What Save will do to the running copies, said before Save."""
-    if deployment.state in ("STOPPED", "STOPPING"):
+    if deployment.state in DEPLOYMENT_STOPPING_OR_STOPPED:
         return "It is stopped: the new settings apply when it starts."
     if deployment.copies_wanted > 1:
         return "Saving replaces the copies one at a time, so the deployment keeps serving."

@@ -20,7 +20,7 @@ import pytest
 from clusters.backends import supervisor
 from clusters.registry import engine_programs
 from console.models import ApiKey, Role
-from deployments.choices import DeploymentState as D
+from deployments.choices import DeploymentState
 from deployments.models import Copy, Deployment, EngineFigures, LogLine, Reservation
 from tests import factories
 from tests.e2e.test_navigation import log_in
@@ -82,9 +82,13 @@ def gateway(transactional_db, tmp_path, settings):
 
 def deployed(pk: int) -> bool:
     deployment = Deployment.objects.get(pk=pk)
-    if deployment.state in (D.FAILED, D.ERROR, D.MUST_REDOWNLOAD):
+    if deployment.state in (
+        DeploymentState.FAILED,
+        DeploymentState.ERROR,
+        DeploymentState.MUST_REDOWNLOAD,
+    ):
         pytest.fail(f"{deployment.state}: {deployment.last_error_code} {deployment.last_message}")
-    return deployment.state == D.DEPLOYED
+    return deployment.state == DeploymentState.DEPLOYED
 
 
 def chat(gateway_url: str, key: str, name: str) -> openai.types.chat.ChatCompletion:
@@ -169,7 +173,7 @@ def test_the_tiny_model_is_hosted_by_a_real_engine_answers_through_the_gateway_a
         timeout=30,
     )
     assert stopped.status_code == 202, stopped.text
-    wait_for(lambda: state_of(pk) == D.STOPPED, 60, 0.5, f"{name} STOPPED")
+    wait_for(lambda: state_of(pk) == DeploymentState.STOPPED, 60, 0.5, f"{name} STOPPED")
     assert engine_processes(copy.process_id) == []
     assert not answers_on(copy.socket_path)
     assert not Reservation.objects.filter(copy__deployment_id=pk).exists()

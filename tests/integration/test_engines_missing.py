@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 
 from console.models import ApiKey, Role
-from deployments.choices import DeploymentState as D
-from deployments.choices import ErrorCode
+from deployments.choices import DeploymentState, ErrorCode
 from deployments.models import Deployment, Reservation
 from tests import factories
 from tests.processes import console_processes, console_server, wait_for
@@ -37,7 +36,7 @@ def test_hosting_without_the_engines_fails_at_once_naming_make_engines(
     with console_processes(tmp_path, **without), console_server() as console_url:
         pk = host_through_the_api(console_url, key, f"tiny-{variant}", variant)
         wait_for(
-            lambda: Deployment.objects.get(pk=pk).state == D.FAILED,
+            lambda: Deployment.objects.get(pk=pk).state == DeploymentState.FAILED,
             60,
             0.3,
             "the deployment FAILED",

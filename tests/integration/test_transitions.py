@@ -21,22 +21,21 @@ from deployments.transitions import (
 )
 from tests import factories
 
-D = DeploymentState
 ALL_DEPLOYMENT_MOVES = [
     (a, b) for a, targets in DEPLOYMENT_TRANSITIONS.items() for b in sorted(targets)
 ]
 ILLEGAL_DEPLOYMENT_MOVES = [
     (a, b)
-    for a in D.values
-    for b in D.values
+    for a in DeploymentState.values
+    for b in DeploymentState.values
     if b not in DEPLOYMENT_TRANSITIONS.get(a, ()) and a != b
 ]
 
 
 def path_to(state: str) -> list[str]:
     """A legal route from REQUESTED to `state` (breadth-first over the table)."""
-    routes = {D.REQUESTED.value: [D.REQUESTED.value]}
-    queue = [D.REQUESTED.value]
+    routes = {DeploymentState.REQUESTED.value: [DeploymentState.REQUESTED.value]}
+    queue = [DeploymentState.REQUESTED.value]
     while queue:
         current = queue.pop(0)
         for nxt in sorted(DEPLOYMENT_TRANSITIONS[current]):
@@ -105,35 +104,35 @@ def test_every_copy_transition_in_the_table_is_legal_and_recorded(red):
 @pytest.mark.django_db
 def test_save_with_a_new_state_is_refused(red):
     deployment = factories.make_deployment("guarded", red)
-    deployment.state = D.DEPLOYED
+    deployment.state = DeploymentState.DEPLOYED
     with pytest.raises(StateChangeRefused):
         deployment.save()
-    assert Deployment.objects.get(pk=deployment.pk).state == D.REQUESTED
+    assert Deployment.objects.get(pk=deployment.pk).state == DeploymentState.REQUESTED
 
 
 @pytest.mark.django_db
 def test_queryset_update_of_state_is_refused(red):
     factories.make_deployment("guarded", red)
     with pytest.raises(StateChangeRefused):
-        Deployment.objects.filter(name="guarded").update(state=D.DEPLOYED)
+        Deployment.objects.filter(name="guarded").update(state=DeploymentState.DEPLOYED)
     with pytest.raises(StateChangeRefused):
         Copy.objects.all().update(state=CopyState.READY)
-    assert Deployment.objects.get(name="guarded").state == D.REQUESTED
+    assert Deployment.objects.get(name="guarded").state == DeploymentState.REQUESTED
 
 
 @pytest.mark.django_db
 def test_bulk_update_of_state_is_refused(red):
     deployment = factories.make_deployment("guarded", red)
-    deployment.state = D.FAILED
+    deployment.state = DeploymentState.FAILED
     with pytest.raises(StateChangeRefused):
         Deployment.objects.bulk_update([deployment], ["state"])
-    assert Deployment.objects.get(pk=deployment.pk).state == D.REQUESTED
+    assert Deployment.objects.get(pk=deployment.pk).state == DeploymentState.REQUESTED
 
 
 @pytest.mark.django_db
 def test_creating_a_deployment_in_a_later_state_is_refused(red):
     with pytest.raises(StateChangeRefused):
-        factories.make_deployment("born-deployed", red, state=D.DEPLOYED)
+        factories.make_deployment("born-deployed", red, state=DeploymentState.DEPLOYED)
     assert not Deployment.objects.filter(name="born-deployed").exists()
 
 
@@ -162,10 +161,10 @@ def test_the_admin_cannot_change_a_state(as_alice, red):
             "copies_wanted": "1",
             "engine": "vllm",
             "engine_settings": "{}",
-            "state": D.DEPLOYED,
+            "state": DeploymentState.DEPLOYED,
         },
     )
-    assert Deployment.objects.get(pk=deployment.pk).state == D.REQUESTED
+    assert Deployment.objects.get(pk=deployment.pk).state == DeploymentState.REQUESTED
 
 
 class Listener:
@@ -205,7 +204,7 @@ def listener():
 def test_the_broadcast_is_sent_only_after_commit(red, listener):
     deployment = factories.make_deployment("broadcasts", red)
     with transaction.atomic():
-        move_deployment(deployment.pk, D.DEPLOYING, message="placed")
+        move_deployment(deployment.pk, DeploymentState.DEPLOYING, message="placed")
         assert listener.receive(timeout=0.5) is None  # not yet: the change is not committed
     message = listener.receive()
     assert message == {"type": "live.changed", "kind": "deployment", "id": deployment.pk, "seq": 0}
@@ -215,8 +214,8 @@ def test_the_broadcast_is_sent_only_after_commit(red, listener):
 def test_nothing_is_broadcast_when_the_change_rolls_back(red, listener):
     deployment = factories.make_deployment("rolled-back", red)
     with pytest.raises(RuntimeError), transaction.atomic():
-        move_deployment(deployment.pk, D.DEPLOYING, message="placed")
+        move_deployment(deployment.pk, DeploymentState.DEPLOYING, message="placed")
         raise RuntimeError("something later failed")
     assert listener.receive(timeout=1.0) is None
-    assert Deployment.objects.get(pk=deployment.pk).state == D.REQUESTED
+    assert Deployment.objects.get(pk=deployment.pk).state == DeploymentState.REQUESTED
     assert not Event.objects.filter(deployment=deployment).exists()
