@@ -20,11 +20,11 @@ import placement
 from clusters.snapshot import inventory_for, reservation_to_inventory
 from console.access import NEEDS_OPERATE, get_deployment
 from deployments import actions
-from deployments.engine.context import DEFAULT_SHARE, SHARED_LIMIT
 from deployments.engine.variants import Hardware, hardware_of
 from deployments.models import Deployment, Reservation
 from deployments.placing import for_cluster, placement_request
 from deployments.wizard_forms import size_label, size_text
+from placement.shares import engine_share
 
 
 def gib(value: float) -> str:
@@ -64,12 +64,6 @@ def needs_words(estimate: placement.Estimate, max_model_len: int) -> str:
         f"({max_model_len:,} tokens), working memory {gib(estimate.activations_bytes)}, engine "
         f"overhead {gib(estimate.overhead_bytes)}."
     )
-
-
-def engine_share(size: float, asked: float | None) -> float:
-    default = DEFAULT_SHARE * size if size < 1 else DEFAULT_SHARE
-    limit = SHARED_LIMIT * size if size < 1 else 1.0
-    return min(asked, limit) if asked else default
 
 
 def has_words(hardware: Hardware, size: float, asked: float | None = None) -> str:

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 import placement
 from catalog.models import Model, Variant
 from clusters.models import Accelerator, Cluster
-from deployments.engine.context import DEFAULT_SHARE, EngineContext
+from deployments.engine.context import EngineContext
 from deployments.engine.versions import newest
 from deployments.placing import vendor_of
+from placement.shares import DEFAULT_SHARE
 
 GUIDANCE_CONTEXT = 8_192  # the conversation length VRAM guidance is quoted for
 FP8_CAPABILITY = (8, 9)

@@ -224,6 +224,20 @@ def test_the_memory_share_is_capped_and_the_editor_says_so(as_bob, bob, red, clu
     assert fresh(half).engine_settings["gpu_memory_utilization"] == 0.3
 
 
+def test_a_copy_placed_without_a_share_is_launched_with_its_deployments_share(red, cluster):
+    half = deployment_of(red, cluster, name="half", accelerators_per_copy=Decimal("0.5"))
+    half.engine_settings = {"gpu_memory_utilization": 0.3}
+    half.save()
+    copy = factories.make_copy(half)
+    assert copy.gpu_memory_utilization is None
+    assert launching.launch_facts(copy, 8000, []).gpu_memory_utilization == 0.3
+    half.engine_settings = {}
+    half.save()
+    assert (
+        launching.launch_facts(Copy.objects.get(pk=copy.pk), 8000, []).gpu_memory_utilization == 0.4
+    )
+
+
 # --- saving ----------------------------------------------------------------------------------
 
 
