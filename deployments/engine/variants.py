@@ -49,9 +49,9 @@ def capability(text: str | None) -> tuple[int, ...] | None:
 
 def hardware_of(cluster: Cluster) -> Hardware:
     rows = list(
-        Accelerator.objects.filter(
-            machine__cluster=cluster, machine__ready=True, present=True
-        ).select_related("machine")
+        Accelerator.objects.present()
+        .filter(machine__cluster=cluster, machine__ready=True)
+        .select_related("machine")
     )
     gpus = [row for row in rows if row.parent_id is None]
     split = {row.parent_id for row in rows if row.parent_id}  # MIG: copies go into the slices
