@@ -23,8 +23,13 @@ from pydantic import AfterValidator, ConfigDict, WithJsonSchema
 import placement
 from catalog.models import Model, Variant
 from clusters.models import Accelerator, Cluster
-from console.access import NEEDS_OPERATE, get_deployment, has_role, team_roles, visible_deployments
-from console.access import is_platform_admin as is_staff_admin
+from console.access import (
+    NEEDS_OPERATE,
+    get_deployment,
+    operated_teams,
+    team_roles,
+    visible_deployments,
+)
 from console.models import Team
 from deployments import actions, machine_files
 from deployments.actions import ActionRefused, HostRequest
@@ -305,16 +310,9 @@ def find_cluster(name: str) -> Cluster:
     raise ActionRefused(f"no cluster named {name}; clusters: {listed(names)}", "cluster")
 
 
-def teams_to_host_in(user: Any) -> list[Team]:
-    if is_staff_admin(user):
-        return list(Team.objects.all())
-    operated = [team_id for team_id in team_roles(user) if has_role(user, team_id, NEEDS_OPERATE)]
-    return list(Team.objects.filter(pk__in=operated))
-
-
 def hosting_team(user: Any, name: str | None) -> Team:
     """The team to host in: the one named, or the user's only team they operate."""
-    teams = teams_to_host_in(user)
+    teams = list(operated_teams(user))
     if not teams:
         raise PermissionDenied("Hosting needs the operator role in a team; you have it in none.")
     names = listed(team.name for team in teams)
