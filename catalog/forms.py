@@ -9,9 +9,9 @@ from django.db.models import Q, QuerySet
 
 from catalog import hub
 from catalog.models import Model, Task, Variant
-from console.access import is_platform_admin
+from console.access import operated_teams
 from console.lists import ListFilter, choices_of
-from console.models import Role, Team
+from console.models import Team
 
 HF_PREFIXES = ("https://huggingface.co/", "http://huggingface.co/", "huggingface.co/")
 SIZES = {
@@ -78,14 +78,6 @@ class MarketplaceFilter(ListFilter):
 
     def filter_gated(self, models: QuerySet[Model], gated: str) -> QuerySet[Model]:
         return models.filter(gated=gated == "yes")
-
-
-def operated_teams(user: Any) -> QuerySet[Team]:
-    """Teams whose Hugging Face token the user may download with: those they operate."""
-    if is_platform_admin(user):
-        return Team.objects.all()
-    roles = [Role.OPERATOR, Role.ADMIN]
-    return Team.objects.filter(memberships__user=user, memberships__role__in=roles).distinct()
 
 
 def clean_revision(value: str) -> str:

@@ -95,10 +95,9 @@ def cluster_out(cluster: Cluster) -> dict[str, Any]:
 @router.get("/clusters", response={200: list[ClusterOut], **ERRORS})
 def list_clusters(request: HttpRequest) -> list[dict[str, Any]]:
     """The clusters copies can be placed on, with their machines and GPUs."""
-    # Only what discovery still reports: placement ignores the rest (clusters/snapshot.py).
-    present = Accelerator.objects.filter(present=True)
-    gpus = present.filter(parent__isnull=True).prefetch_related(
-        Prefetch("slices", queryset=present)
+    # Only what discovery still reports: placement ignores the rest (deployments/snapshot.py).
+    gpus = Accelerator.objects.present_gpus().prefetch_related(
+        Prefetch("slices", queryset=Accelerator.objects.present())
     )
     machines = Machine.objects.prefetch_related(
         Prefetch("accelerators", queryset=gpus, to_attr="gpus")

@@ -129,6 +129,24 @@ class Machine(models.Model):
         return f"{self.cluster}/{self.name}"
 
 
+class AcceleratorQuerySet(models.QuerySet["Accelerator"]):
+    def present(self) -> AcceleratorQuerySet:
+        """What discovery still reports (rows it stopped reporting are kept for their
+        reservations, and are neither counted nor placed on)."""
+        return self.filter(present=True)
+
+    def present_gpus(self) -> AcceleratorQuerySet:
+        """Whole GPUs (not MIG slices) discovery still reports: what a cluster counts."""
+        return self.filter(parent__isnull=True, present=True)
+
+
+def present_gpu_count(path: str = "accelerators") -> models.Count:
+    """Annotates the count of present GPUs along `path` (a machine's "accelerators", a
+    cluster's "machines__accelerators"), by the same rule as present_gpus."""
+    rule = models.Q(**{f"{path}__parent__isnull": True, f"{path}__present": True})
+    return models.Count(path, filter=rule, distinct=True)
+
+
 class Accelerator(models.Model):
     """A GPU as the device reports it; a MIG slice is a child row with its parent GPU."""
 
@@ -157,6 +175,8 @@ class Accelerator(models.Model):
     # False once discovery stops reporting it (taken by another workload, removed, MIG
     # re-partitioned). Kept rather than deleted so reservations that point at it survive.
     present = models.BooleanField(default=True)
+
+    objects = AcceleratorQuerySet.as_manager()
 
     class Meta:
         ordering = ["machine__name", "parent_id", "index"]

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from django.db.models import Count, Prefetch, Q
+from django.db.models import Count, Prefetch
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 
 from clusters.backends import isolation
-from clusters.models import Accelerator, Cluster, ClusterKind, Machine
+from clusters.models import Accelerator, Cluster, ClusterKind, Machine, present_gpu_count
 from deployments.access import visible_deployments
 from deployments.models import Reservation
 
@@ -36,11 +36,7 @@ NOTICE_WORDS = {
 def cluster_list(request: HttpRequest) -> HttpResponse:
     clusters = Cluster.objects.annotate(
         machine_count=Count("machines", distinct=True),
-        gpu_count=Count(
-            "machines__accelerators",
-            filter=Q(machines__accelerators__parent__isnull=True),
-            distinct=True,
-        ),
+        gpu_count=present_gpu_count("machines__accelerators"),
     )
     return render(request, "clusters/list.html", {"clusters": clusters})
 

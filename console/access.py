@@ -9,8 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
 
-from console.models import ROLE_RANK, Membership, Role
+from console.models import ROLE_RANK, Membership, Role, Team
 
 NEEDS_VIEW = Role.VIEWER
 NEEDS_OPERATE = Role.OPERATOR
@@ -36,6 +37,15 @@ def has_role(user: Any, team_id: int, needed: str) -> bool:
         return True
     role = team_roles(user).get(team_id)
     return role is not None and ROLE_RANK[Role(role)] >= ROLE_RANK[Role(needed)]
+
+
+def operated_teams(user: Any) -> QuerySet[Team]:
+    """The teams the user may host in and download for: operator or admin there (platform
+    admins: every team), by name."""
+    if is_platform_admin(user):
+        return Team.objects.order_by("name")
+    operated = [team_id for team_id in team_roles(user) if has_role(user, team_id, NEEDS_OPERATE)]
+    return Team.objects.filter(pk__in=operated).order_by("name")
 
 
 def can_operate_somewhere(user: Any) -> bool:

@@ -23,8 +23,7 @@ from pydantic import WithJsonSchema
 import placement
 from catalog.models import Model, Variant
 from clusters.models import Accelerator, Cluster
-from console.access import NEEDS_OPERATE, has_role, team_roles
-from console.access import is_platform_admin as is_staff_admin
+from console.access import NEEDS_OPERATE, operated_teams, team_roles
 from console.api_schema import ERRORS, InvalidForModel, StrictSchema, Text, gib
 from console.models import Team
 from deployments import actions, machine_files
@@ -255,16 +254,9 @@ def find_cluster(name: str) -> Cluster:
     raise ActionRefused(f"no cluster named {name}; clusters: {listed(names)}", "cluster")
 
 
-def teams_to_host_in(user: Any) -> list[Team]:
-    if is_staff_admin(user):
-        return list(Team.objects.all())
-    operated = [team_id for team_id in team_roles(user) if has_role(user, team_id, NEEDS_OPERATE)]
-    return list(Team.objects.filter(pk__in=operated))
-
-
 def hosting_team(user: Any, name: str | None) -> Team:
     """The team to host in: the one named, or the user's only team they operate."""
-    teams = teams_to_host_in(user)
+    teams = list(operated_teams(user))
     if not teams:
         raise PermissionDenied("Hosting needs the operator role in a team; you have it in none.")
     names = listed(team.name for team in teams)

@@ -13,11 +13,11 @@ from decimal import Decimal
 from typing import Any
 
 import placement
-from deployments.engine.context import DEFAULT_SHARE, SHARED_LIMIT
 from deployments.engine.variants import Hardware, hardware_of
 from deployments.models import Deployment, Reservation
 from deployments.placing import for_cluster, placement_request
 from deployments.snapshot import inventory_for, reservation_to_inventory
+from placement.shares import engine_share
 
 SIZE_CHOICES = [
     ("0.25", "¼ of an accelerator"),
@@ -85,12 +85,6 @@ def needs_words(estimate: placement.Estimate, max_model_len: int) -> str:
         f"({max_model_len:,} tokens), working memory {gib(estimate.activations_bytes)}, engine "
         f"overhead {gib(estimate.overhead_bytes)}."
     )
-
-
-def engine_share(size: float, asked: float | None) -> float:
-    default = DEFAULT_SHARE * size if size < 1 else DEFAULT_SHARE
-    limit = SHARED_LIMIT * size if size < 1 else 1.0
-    return min(asked, limit) if asked else default
 
 
 def has_words(hardware: Hardware, size: float, asked: float | None = None) -> str:

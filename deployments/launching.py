@@ -32,6 +32,7 @@ from deployments.engine.argv import (
 )
 from deployments.engine.settings import EngineSettingsError
 from deployments.models import Copy, Deployment, Reservation
+from placement import shares
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +58,17 @@ def served_name(deployment: Deployment) -> str:
 
 
 def tensor_parallel(deployment: Deployment) -> int:
-    size = deployment.accelerators_per_copy
-    return int(size) if size > 1 else 1
+    return shares.tensor_parallel(float(deployment.accelerators_per_copy))
+
+
+def engine_share(copy: Copy) -> float:
+    """The share placement gave the copy; for a copy placed without one, the share its
+    deployment's settings give a copy of its size (as the editor and scale dialog show)."""
+    if copy.gpu_memory_utilization:
+        return copy.gpu_memory_utilization
+    deployment = copy.deployment
+    asked = deployment.engine_settings.get("gpu_memory_utilization")
+    return shares.engine_share(float(deployment.accelerators_per_copy), asked)
 
 
 def model_reference(deployment: Deployment) -> str:
@@ -100,7 +110,7 @@ def launch_facts(copy: Copy, port: int, gpus: list[Accelerator]) -> LaunchFacts:
         model=model_reference(deployment),
         served_name=served_name(deployment),
         port=port,
-        gpu_memory_utilization=copy.gpu_memory_utilization or 0.8,
+        gpu_memory_utilization=engine_share(copy),
         tensor_parallel=tensor_parallel(deployment),
         revision=model_revision(deployment),
         on_cpu=cpu,

@@ -16,13 +16,13 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Count, Exists, OuterRef, Q
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from catalog import trust
 from catalog.models import MachineFiles, MachineFilesState, ServerModel, ServerModelState
 from clusters.backends.base import BackendError, FilesResult, ModelFiles
-from clusters.models import Machine
+from clusters.models import Machine, present_gpu_count
 from clusters.registry import backend_for
 from console import claims, live
 from console.models import Team
@@ -306,10 +306,9 @@ class FilesSummary:
 
 def summary(deployment: Deployment) -> FilesSummary:
     server_copy = lifecycle.files_on_this_server(deployment)
-    gpus = Count(
-        "accelerators", filter=Q(accelerators__parent__isnull=True, accelerators__present=True)
+    machines = list(
+        deployment.cluster.machines.annotate(gpu_count=present_gpu_count()).order_by("name")
     )
-    machines = list(deployment.cluster.machines.annotate(gpu_count=gpus).order_by("name"))
     rows: dict[int, MachineFiles] = {}
     if server_copy is not None:
         found = MachineFiles.objects.filter(

@@ -56,9 +56,9 @@ def vendor_of(vendors: Iterable[str]) -> str:
 
 def engine_vendor(cluster: Cluster) -> str:
     return vendor_of(
-        Accelerator.objects.filter(
-            machine__cluster=cluster, machine__ready=True, present=True, parent__isnull=True
-        ).values_list("vendor", flat=True)
+        Accelerator.objects.present_gpus()
+        .filter(machine__cluster=cluster, machine__ready=True)
+        .values_list("vendor", flat=True)
     )
 
 

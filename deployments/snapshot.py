@@ -57,7 +57,7 @@ def reservation_to_inventory(row: Reservation) -> placement.Reservation | None:
 
 def inventory_for(cluster: Cluster) -> placement.Inventory:
     """The cluster as placement sees it now: ready machines with GPU facts, and what is held."""
-    gpus = Accelerator.objects.filter(parent__isnull=True, present=True).prefetch_related("slices")
+    gpus = Accelerator.objects.present_gpus().prefetch_related("slices")
     machines = cluster.machines.filter(ready=True).prefetch_related(
         Prefetch("accelerators", queryset=gpus, to_attr="gpus")
     )

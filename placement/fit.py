@@ -16,6 +16,7 @@ from collections.abc import Iterable
 
 from placement import reasons
 from placement.estimate import estimate_copy
+from placement.shares import HIGH_SHARE, tensor_parallel
 from placement.types import (
     HIGH_ENGINE_SHARE_NOTICE,
     SHARING_NOT_CONFIGURED_NOTICE,
@@ -52,7 +53,6 @@ from placement.units import (
 # Shares the fit check may suggest, smallest first; then 1 GPU, then n GPUs of one machine.
 FRACTION_LADDER = (0.1, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7, 0.75, 0.8, 0.9)
 FRACTION_KINDS = (Kind.SHARED, Kind.TIME_SLICED, Kind.UNIFIED)
-HIGH_ENGINE_SHARE = 0.95
 
 UnitKey = tuple[int, int, int, str, int]
 
@@ -316,7 +316,7 @@ def _notices(
     shared = request.accelerators_per_copy < 1
     if shared and inventory.sharing is ClusterSharing.WHOLE_GPU:
         notices.append(SHARING_NOT_CONFIGURED_NOTICE)
-    if any(p.gpu_memory_utilization > HIGH_ENGINE_SHARE for p in placed):
+    if any(p.gpu_memory_utilization > HIGH_SHARE for p in placed):
         notices.append(HIGH_ENGINE_SHARE_NOTICE)
     return tuple(notices)
 
@@ -333,7 +333,7 @@ def suggest_size(summary: CandidateSummary, request: PlacementRequest) -> float 
     engine = dataclasses.replace(request.engine, gpu_memory_utilization=None)
     totals: dict[int, int] = {}
     for size in candidate_sizes(request, summary.most_tensor_parallel_gpus()):
-        tp = int(size) if size > 1 else 1
+        tp = tensor_parallel(size)
         if tp not in totals:
             totals[tp] = estimate_copy(request.model, engine, tp).total_bytes
         units = round(size * SHARE_SCALE) if size < 1 else SHARE_SCALE

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from placement import shares
+
 GIB = 1 << 30
 VENDORS = ("nvidia", "amd", "apple", "cpu")
 KV_CACHE_DTYPES = (
@@ -228,16 +230,17 @@ class PlacementRequest:
         )
         share = self.engine.gpu_memory_utilization
         size = self.accelerators_per_copy
+        limit = shares.SHARED_LIMIT
         # Neighbours on a shared GPU use some memory outside their budgets (DESIGN §4).
         _check(
-            share is None or size >= 1 or share <= 0.9 * size + 1e-9,
+            share is None or shares.within_limit(share, size),
             "engine.gpu_memory_utilization",
-            f"at most 0.9 x the copy's share ({0.9 * size:.3f}) on a shared accelerator",
+            f"at most {limit} x the copy's share ({limit * size:.3f}) on a shared accelerator",
         )
 
     @property
     def tensor_parallel(self) -> int:
-        return int(self.accelerators_per_copy) if self.accelerators_per_copy > 1 else 1
+        return shares.tensor_parallel(self.accelerators_per_copy)
 
     @property
     def max_model_len(self) -> int:

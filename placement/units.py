@@ -7,11 +7,16 @@ are counted in integer millionths so that sums are exact.
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 
+from placement.shares import (
+    DEFAULT_SHARE,
+    DEFAULT_SHARE_OF_SLICE,
+    SHARED_LIMIT,
+    four_decimals_down,
+)
 from placement.types import (
     GIB,
     Accelerator,
@@ -26,11 +31,6 @@ from placement.types import (
 
 SHARE_SCALE = 1_000_000
 UNIFIED_RESERVE_BYTES = 8 * GIB  # kept for the operating system on unified-memory machines
-
-# Default engine shares (--gpu-memory-utilization) and the highest an operator may set.
-DEFAULT_SHARE_OF_BUDGET = 0.8  # of a copy's budget: 0.8 x s on a shared GPU, 0.8 whole
-MAX_SHARE_OF_BUDGET_SHARED = 0.9  # neighbours on a shared GPU use memory outside budgets
-DEFAULT_SHARE_OF_SLICE = 0.9
 
 
 class Kind(StrEnum):
@@ -281,25 +281,20 @@ def mode_for(kind: Kind, need: CopyNeed) -> Mode | None:
 
 def engine_share(mode: Mode, need: CopyNeed, replicas: int = 1) -> float:
     """--gpu-memory-utilization for a copy placed this way (a fraction of what the engine sees)."""
-    return _four_decimals_down(_engine_share(mode, need, replicas))
+    return four_decimals_down(_engine_share(mode, need, replicas))
 
 
 def _engine_share(mode: Mode, need: CopyNeed, replicas: int) -> float:
     asked = need.engine_share
     if mode is Mode.FRACTION:
-        return asked if asked is not None else DEFAULT_SHARE_OF_BUDGET * need.size
+        return asked if asked is not None else DEFAULT_SHARE * need.size
     if mode is Mode.REPLICA:
         unit = 1 / replicas
-        limit = MAX_SHARE_OF_BUDGET_SHARED * unit
-        return min(asked, limit) if asked is not None else DEFAULT_SHARE_OF_BUDGET * unit
+        limit = SHARED_LIMIT * unit
+        return min(asked, limit) if asked is not None else DEFAULT_SHARE * unit
     if mode is Mode.SLICE:
         return asked if asked is not None else DEFAULT_SHARE_OF_SLICE
-    return asked if asked is not None else DEFAULT_SHARE_OF_BUDGET
-
-
-def _four_decimals_down(value: float) -> float:
-    # The engine gets the value printed on its command line; rounding down keeps it in budget.
-    return math.floor(value * 10_000 + 1e-9) / 10_000
+    return asked if asked is not None else DEFAULT_SHARE
 
 
 def reserved(mode: Mode, need: CopyNeed, memory: int, replicas: int) -> tuple[int, int]:

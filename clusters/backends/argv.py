@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+KEY_FLAG = "--api-key"
+KEY_SHOWN = "********"  # what pages and records show for the key
+
 
 def flag_value(argv: Sequence[str], flag: str) -> str | None:
     """The value of ``--flag VALUE`` or ``--flag=VALUE`` (the last one wins, as in argparse)."""
@@ -34,3 +37,22 @@ def without_flag(argv: Sequence[str], flag: str) -> list[str]:
 def with_flag(argv: Sequence[str], flag: str, value: str) -> list[str]:
     """argv with `flag` set to `value` (replaced where given, appended where not)."""
     return [*without_flag(argv, flag), flag, value]
+
+
+def without_key(argv: Sequence[str]) -> list[str]:
+    """argv with the value of every ``--api-key VALUE`` and ``--api-key=VALUE`` hidden, for
+    pages, logs and records on disk (the same two forms the engine reads)."""
+    shown: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            shown.append(KEY_SHOWN)
+            hide_next = False
+        elif arg == KEY_FLAG:
+            shown.append(arg)
+            hide_next = True
+        elif arg.startswith(KEY_FLAG + "="):
+            shown.append(f"{KEY_FLAG}={KEY_SHOWN}")
+        else:
+            shown.append(arg)
+    return shown

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from clusters.backends import isolation, supervisor
-from clusters.backends.argv import flag_value, without_flag
+from clusters.backends.argv import flag_value, without_flag, without_key
 from clusters.backends.base import (
     BackendError,
     CopyHandle,
@@ -162,23 +162,6 @@ def engine_environment(
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
         env["CUDA_VISIBLE_DEVICES"] = visible
     return env
-
-
-def redact_argv(argv: Sequence[str]) -> list[str]:
-    """The command line without the API key, for records on disk."""
-    shown, hide_next = [], False
-    for arg in argv:
-        if hide_next:
-            shown.append("[redacted]")
-            hide_next = False
-        elif arg == "--api-key":
-            shown.append(arg)
-            hide_next = True
-        elif arg.startswith("--api-key="):
-            shown.append("--api-key=[redacted]")
-        else:
-            shown.append(arg)
-    return shown
 
 
 # ---------------------------------------------------------------- talking to an engine
@@ -415,7 +398,7 @@ class LocalProcessBackend:
             "port": port,
             "machine": machine,
             "started_at": started_at.isoformat(),
-            "argv": redact_argv(argv),
+            "argv": without_key(argv),
             "engine_user": user.name if user else "",
             "socket": listens_on if listens_on in argv else "",
             "install_id": spec.install_id,

@@ -13,10 +13,10 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from clusters.backends.argv import without_key
 from deployments.engine.settings import CATALOG, validate_settings
 
 PORT_SHOWN = "<port>"  # a copy's port is chosen when it launches
-KEY_SHOWN = "********"
 GIB = 1 << 30
 # The variable each engine reads its API key from (vLLM: VLLM_API_KEY; llama.cpp: LLAMA_API_KEY).
 KEY_VARIABLE = {"vllm": "VLLM_API_KEY", "llamacpp": "LLAMA_API_KEY"}
@@ -116,15 +116,6 @@ def cpu_environment(engine: str, facts: LaunchFacts) -> dict[str, str]:
     return {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": threads}
 
 
-def redacted(argv: list[str]) -> list[str]:
-    """The argv with its API key hidden, for logs and pages."""
-    shown = list(argv)
-    for position, item in enumerate(shown[:-1]):
-        if item == "--api-key":
-            shown[position + 1] = KEY_SHOWN
-    return shown
-
-
 def preview_argv(
     settings: dict[str, Any], facts: LaunchFacts, engine: str = "vllm", gguf_path: str = ""
 ) -> list[str]:
@@ -136,5 +127,5 @@ def preview_argv(
         argv = vllm_argv(settings, facts)
     return [
         PORT_SHOWN if item == str(facts.port) and argv[i - 1] == "--port" else item
-        for i, item in enumerate(redacted(argv))
+        for i, item in enumerate(without_key(argv))
     ]

@@ -14,10 +14,7 @@ from typing import Any
 import placement
 from catalog.facts import engine_settings, model_facts
 from catalog.models import Model, Variant
-
-SHARED_LIMIT = 0.9  # DESIGN §4: at most 0.9 x the share on a shared GPU
-DEFAULT_SHARE = 0.8  # DESIGN §4: 0.8 x the share, or 0.8 of a whole GPU
-HIGH_SHARE = 0.95
+from placement import shares
 
 
 @dataclass(frozen=True)
@@ -36,18 +33,17 @@ class EngineContext:
 
     @property
     def tensor_parallel(self) -> int:
-        return int(self.size) if self.size > 1 else 1
+        return shares.tensor_parallel(self.size)
 
     def share_limit(self) -> float:
         """The highest memory share the engine may be given for a copy of this size."""
-        return round(SHARED_LIMIT * self.size, 4) if self.size < 1 else 1.0
+        return shares.share_limit(self.size)
 
     def default_share(self) -> float:
-        return round(DEFAULT_SHARE * self.size, 4) if self.size < 1 else DEFAULT_SHARE
+        return shares.default_share(self.size)
 
     def share(self, settings: dict[str, Any]) -> float:
-        asked = settings.get("gpu_memory_utilization")
-        return min(float(asked), self.share_limit()) if asked else self.default_share()
+        return shares.engine_share(self.size, settings.get("gpu_memory_utilization"))
 
     def budget_bytes(self, settings: dict[str, Any]) -> int | None:
         """The memory the engine of one copy may use on each of its accelerators."""

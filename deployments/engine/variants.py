@@ -14,9 +14,10 @@ from dataclasses import dataclass
 import placement
 from catalog.models import Model, Variant
 from clusters.models import Accelerator, Cluster
-from deployments.engine.context import DEFAULT_SHARE, EngineContext
+from deployments.engine.context import EngineContext
 from deployments.engine.versions import newest
 from deployments.placing import vendor_of
+from placement.shares import DEFAULT_SHARE
 
 GUIDANCE_CONTEXT = 8_192  # the conversation length VRAM guidance is quoted for
 FP8_CAPABILITY = (8, 9)
@@ -48,9 +49,9 @@ def capability(text: str | None) -> tuple[int, ...] | None:
 
 def hardware_of(cluster: Cluster) -> Hardware:
     rows = list(
-        Accelerator.objects.filter(
-            machine__cluster=cluster, machine__ready=True, present=True
-        ).select_related("machine")
+        Accelerator.objects.present()
+        .filter(machine__cluster=cluster, machine__ready=True)
+        .select_related("machine")
     )
     gpus = [row for row in rows if row.parent_id is None]
     split = {row.parent_id for row in rows if row.parent_id}  # MIG: copies go into the slices

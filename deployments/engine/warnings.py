@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import placement
-from deployments.engine.context import HIGH_SHARE, EngineContext
+from deployments.engine.context import EngineContext
+from placement.shares import HIGH_SHARE, SHARED_LIMIT
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,8 @@ def cap_share(asked: float | None, context: EngineContext) -> tuple[float | None
     if context.size < 1:
         why = (
             f"{asked:.0%} is more than a copy of {context.size:g} of an accelerator may use: "
-            f"capped at {limit:.1%} (0.9 × its share; neighbours on the accelerator need the rest)."
+            f"capped at {limit:.1%} ({SHARED_LIMIT:g} × its share; neighbours on the accelerator "
+            "need the rest)."
         )
     else:
         why = f"{asked:.0%} is more than the whole accelerator: capped at {limit:.0%}."

@@ -26,8 +26,8 @@ from django.views.decorators.http import require_POST
 
 from catalog.models import Model, ServerModel, ServerModelState, Variant
 from clusters.models import Cluster
-from console.access import is_platform_admin, require_operator_somewhere, team_roles
-from console.models import ROLE_RANK, Role, Team
+from console.access import operated_teams, require_operator_somewhere
+from console.models import Team
 from deployments import actions, fit_words
 from deployments.engine import presets, suggestions
 from deployments.engine.variants import advise, hardware_of, pick
@@ -128,21 +128,6 @@ def step_url(draft: Draft, step: str) -> str:
     return reverse(f"wizard_{step}", args=[draft.id])
 
 
-# --- who may host where ------------------------------------------------------------------------
-
-
-def hosting_teams(user: Any) -> list[Team]:
-    """The teams the user may host in: operator or admin there (platform admins: every team)."""
-    if is_platform_admin(user):
-        return list(Team.objects.order_by("name"))
-    allowed = [
-        team_id
-        for team_id, role in team_roles(user).items()
-        if ROLE_RANK[Role(role)] >= ROLE_RANK[Role.OPERATOR]
-    ]
-    return list(Team.objects.filter(pk__in=allowed).order_by("name"))
-
-
 def models_on_this_server(query: str) -> list[Model]:
     kept = ServerModel.objects.filter(state=ServerModelState.READY).values("variant__model_id")
     models = Model.objects.filter(pk__in=kept)
@@ -172,7 +157,7 @@ def start(request: HttpRequest) -> HttpResponse:
         if not Cluster.objects.filter(pk=cluster).exists():
             raise Http404("No such cluster.")
         draft.cluster_id = cluster
-    teams = hosting_teams(request.user)
+    teams = operated_teams(request.user)
     draft.team_id = teams[0].pk if teams else None
     store(request, draft)
     return redirect(step_url(draft, draft.steps()[0]))
@@ -509,7 +494,7 @@ def review_form(request: HttpRequest, draft: Draft, data: Any = None) -> ReviewF
         "revision": draft.revision,
         "team": draft.team_id,
     }
-    return ReviewForm(data, initial=initial, teams=hosting_teams(request.user))
+    return ReviewForm(data, initial=initial, teams=operated_teams(request.user))
 
 
 def read_review(draft: Draft, form: ReviewForm) -> None:
@@ -542,7 +527,7 @@ def review_step(request: HttpRequest, draft_id: str) -> HttpResponse:
 
 
 def host(request: HttpRequest, draft: Draft, form: ReviewForm) -> HttpResponse:
-    team = next((t for t in hosting_teams(request.user) if t.pk == draft.team_id), None)
+    team = next((t for t in operated_teams(request.user) if t.pk == draft.team_id), None)
     if team is None:
         form.add_error("team", "Pick a team you may host in.")
         return review_page(request, draft, form)

@@ -9,6 +9,7 @@ from django.contrib import admin
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 
+from console.access import operated_teams
 from deployments.models import Deployment
 from tests import factories
 
@@ -117,6 +118,15 @@ def test_operator_in_one_team_and_viewer_in_another_can_change_only_the_first(
 
     with pytest.raises(PermissionDenied):
         get_deployment(bob, blue_deployment.pk, NEEDS_OPERATE)
+
+
+def test_a_user_hosts_and_downloads_in_the_teams_they_operate_and_admins_in_every_team(
+    alice, bob, carol, dave, red, blue
+):
+    assert list(operated_teams(alice)) == [blue, red]
+    assert list(operated_teams(bob)) == [red]  # a viewer in blue
+    assert list(operated_teams(carol)) == []
+    assert list(operated_teams(dave)) == []
 
 
 def test_a_viewer_reads_their_teams_deployment_page(as_carol, red_deployment):

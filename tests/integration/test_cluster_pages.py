@@ -7,7 +7,7 @@ from decimal import Decimal
 import pytest
 from django.core.management import call_command
 
-from clusters.models import Accelerator, Cluster
+from clusters.models import Accelerator, Cluster, present_gpu_count
 from deployments.models import Reservation
 from tests import factories
 
@@ -39,6 +39,17 @@ def test_the_demo_cluster_page_lists_machines_gpus_slices_and_holders(as_carol, 
         "79.65 GiB free",
     ]:
         assert text in page, text
+
+
+def test_the_cluster_list_counts_the_gpus_discovery_still_reports_as_the_api_does(as_carol):
+    call_command("seed_demo")
+    demo = Cluster.objects.get(name="demo")
+    counted = Cluster.objects.annotate(gpus=present_gpu_count("machines__accelerators"))
+    before = counted.get(pk=demo.pk).gpus
+    Accelerator.objects.filter(machine__name="h100-1", index=3).update(present=False)
+    row = f"<td>{before - 1}</td><td>{demo.get_sharing_strategy_display()}</td>"
+    assert row in as_carol.get("/clusters/").content.decode()
+    assert Accelerator.objects.present_gpus().filter(machine__cluster=demo).count() == before - 1
 
 
 def test_a_cluster_without_sharing_explains_the_notice(as_carol):

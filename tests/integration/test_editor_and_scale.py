@@ -16,9 +16,10 @@ from django.template.loader import render_to_string
 from django.test import Client
 
 from catalog.models import Model
+from clusters.backends.argv import without_key
 from console.models import ApiKey
 from deployments import launching, placing
-from deployments.engine.argv import PORT_SHOWN, redacted
+from deployments.engine.argv import PORT_SHOWN
 from deployments.models import Copy, Deployment, Event
 from tests import factories
 from tests.flag_corpus import HOSTILE
@@ -187,7 +188,7 @@ def test_the_preview_is_the_argv_handed_to_the_backend(as_bob, bob, red, cluster
     copy = factories.make_copy(deployment)
     placing.reserve(deployment, [copy])
     launched = launching.engine_argv(Copy.objects.get(pk=copy.pk), 8123)
-    shown = [PORT_SHOWN if item == "8123" else item for item in redacted(launched)]
+    shown = [PORT_SHOWN if item == "8123" else item for item in without_key(launched)]
     assert "--api-key" not in launched  # the key travels in the engine's environment
     assert preview_of(advanced(as_bob).get(editor_url(deployment))) == shown
 
@@ -222,6 +223,20 @@ def test_the_memory_share_is_capped_and_the_editor_says_so(as_bob, bob, red, clu
     lower = post_editor(as_bob, half, memory_share="30", action="save")
     assert lower.status_code == 302
     assert fresh(half).engine_settings["gpu_memory_utilization"] == 0.3
+
+
+def test_a_copy_placed_without_a_share_is_launched_with_its_deployments_share(red, cluster):
+    half = deployment_of(red, cluster, name="half", accelerators_per_copy=Decimal("0.5"))
+    half.engine_settings = {"gpu_memory_utilization": 0.3}
+    half.save()
+    copy = factories.make_copy(half)
+    assert copy.gpu_memory_utilization is None
+    assert launching.launch_facts(copy, 8000, []).gpu_memory_utilization == 0.3
+    half.engine_settings = {}
+    half.save()
+    assert (
+        launching.launch_facts(Copy.objects.get(pk=copy.pk), 8000, []).gpu_memory_utilization == 0.4
+    )
 
 
 # --- saving ----------------------------------------------------------------------------------

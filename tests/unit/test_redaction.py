@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from clusters.backends.argv import KEY_SHOWN, without_key
 from deployments.launching import new_engine_key
 from deployments.redaction import HIDDEN, redact
 
@@ -55,3 +56,18 @@ def test_lines_without_secrets_are_kept_as_they_are():
         "The model `x` does not exist.",
     ):
         assert redact(line) == line
+
+
+@pytest.mark.parametrize(
+    ("argv", "shown"),
+    [
+        (
+            ["vllm", "--api-key", KEY, "--port", "1"],
+            ["vllm", "--api-key", KEY_SHOWN, "--port", "1"],
+        ),
+        (["vllm", f"--api-key={KEY}"], ["vllm", f"--api-key={KEY_SHOWN}"]),
+        (["vllm", "--port", "1"], ["vllm", "--port", "1"]),
+    ],
+)
+def test_a_command_line_is_shown_without_its_key_in_either_form(argv, shown):
+    assert without_key(argv) == shown
