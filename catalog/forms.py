@@ -11,6 +11,7 @@ from catalog import hub
 from catalog.models import Model, Task, Variant
 from console.access import is_platform_admin
 from console.models import Role, Team
+from placement.words import gib
 
 HF_PREFIXES = ("https://huggingface.co/", "http://huggingface.co/", "huggingface.co/")
 SIZES = {
@@ -166,7 +167,7 @@ class AddFromPathForm(forms.Form):
 
 class VariantChoice(forms.ModelChoiceField):
     def label_from_instance(self, obj: Any) -> str:
-        return f"{obj.name} ({obj.format}, {obj.size_bytes / 2**30:,.2f} GiB)"
+        return f"{obj.name} ({obj.format}, {gib(obj.size_bytes)})"
 
 
 class DownloadForm(TeamTokenMixin):

@@ -20,6 +20,7 @@ from deployments.choices import DEPLOYMENT_CAN_SCALE, CopyState, EventKind
 from deployments.choices import DeploymentState as D
 from deployments.engine.settings import EngineSettingsError, validate_settings
 from deployments.models import REPLY_WAIT_MAX_S, REPLY_WAIT_MIN_S, Deployment, Event
+from placement.words import plural
 
 
 class ActionRefused(Exception):
@@ -240,7 +241,7 @@ def scale(
         if new_size:
             fields["generation"] = locked.generation + 1
         Deployment.objects.filter(pk=locked.pk).update(**fields)
-        words = f"Scale to {wanted} cop{'y' if wanted == 1 else 'ies'}"
+        words = f"Scale to {plural(wanted, 'copy', 'copies')}"
         words += f" of {size} accelerator{'s' if size > 1 else ''} each" if new_size else ""
         record(locked, actor, words)
         lifecycle.enqueue("converge_deployment", locked.pk)

@@ -18,6 +18,7 @@ from console.access import NEEDS_OPERATE, get_deployment, has_role, visible_depl
 from deployments import actions, figures, machine_files
 from deployments.choices import DEPLOYMENT_ACTIVE, DEPLOYMENT_SERVING, CopyState, DeploymentState
 from deployments.models import Deployment, Reservation
+from placement.words import plural
 
 STATE_GROUPS = {
     "active": DEPLOYMENT_ACTIVE,
@@ -133,7 +134,7 @@ def scale(request: HttpRequest, pk: int) -> HttpResponse:
         request,
         pk,
         lambda d: actions.scale(request.user, d, copies, size or None),
-        f"Scaling to {copies} copies.",
+        lambda scaled: f"Scaling to {plural(scaled.copies_wanted, 'copy', 'copies')}.",
     )
 
 

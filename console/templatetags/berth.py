@@ -1,21 +1,19 @@
-"""Template filters for units and badges, so every page shows memory the same way."""
+"""Template filters for units and badges: thin wrappers of placement.words, so that every page
+writes memory and counts as the messages and the API do."""
 
 from __future__ import annotations
 
 from django import template
 
 from deployments.choices import badge_colour as colour_of
+from placement import words
 
 register = template.Library()
-GIB = 2**30
 
 
 @register.filter
 def gib(value: int | None) -> str:
-    """Bytes as GiB with two decimals (pages say GiB, meaning 2^30 bytes)."""
-    if value is None:
-        return "—"
-    return f"{value / GIB:,.2f} GiB"
+    return words.gib(value)
 
 
 @register.filter
@@ -25,6 +23,4 @@ def badge_colour(state: str) -> str:
 
 @register.filter
 def billions(value: int | None) -> str:
-    if not value:
-        return "—"
-    return f"{value / 1e9:,.1f} B"
+    return words.billions(value)
