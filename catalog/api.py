@@ -8,7 +8,8 @@ from django.http import HttpRequest
 from ninja import Field, Router, Schema
 
 from catalog.models import Model, ServerModelState, Variant
-from console.api_schema import ERRORS, gib
+from console.api_schema import ERRORS
+from placement.words import in_gib
 
 router = Router(tags=["catalog"])
 
@@ -40,7 +41,7 @@ def variant_out(variant: Variant, ready: set[int]) -> dict[str, Any]:
         "name": variant.name,
         "precision": variant.precision,
         "format": variant.format,
-        "size_gb": gib(variant.size_bytes),
+        "size_gb": in_gib(variant.size_bytes),
         "size_estimated": variant.size_estimated,
         "engine": variant.engine,
         "min_compute_capability": variant.min_compute_capability or None,

@@ -12,6 +12,7 @@ from catalog.models import Model, Task, Variant
 from console.access import operated_teams
 from console.lists import ListFilter, choices_of
 from console.models import Team
+from placement.words import gib
 
 HF_PREFIXES = ("https://huggingface.co/", "http://huggingface.co/", "huggingface.co/")
 SIZES = {
@@ -159,7 +160,7 @@ class AddFromPathForm(forms.Form):
 
 class VariantChoice(forms.ModelChoiceField):
     def label_from_instance(self, obj: Any) -> str:
-        return f"{obj.name} ({obj.format}, {obj.size_bytes / 2**30:,.2f} GiB)"
+        return f"{obj.name} ({obj.format}, {gib(obj.size_bytes)})"
 
 
 class DownloadForm(TeamTokenMixin):

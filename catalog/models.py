@@ -6,6 +6,7 @@ from django.conf import settings
 from django.db import models
 
 from console.choices import Badge, StateChoices, StateField
+from placement.words import percent_of
 
 
 class Task(models.TextChoices):
@@ -104,13 +105,6 @@ class Variant(models.Model):
 
     def __str__(self) -> str:
         return f"{self.model.repo_id} {self.name}"
-
-
-def percent_of(done: int, total: int) -> int:
-    """How far a copy of files got, for a progress bar (0 while the size is unknown)."""
-    if not total:
-        return 0
-    return min(100, round(100 * done / total))
 
 
 class ServerModelState(StateChoices):

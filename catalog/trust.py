@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from catalog.models import CodeTrust, Model
 from console import audit
+from placement.words import day, when
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +63,7 @@ def trust(model: Model, revision: str, admin: Any, note: str = "") -> CodeTrust:
 def withdraw(row: CodeTrust, admin: Any) -> None:
     """Trust withdrawn: copies started from now on run without the model's code."""
     row.trusted_by, row.trusted_at = None, None
-    row.note = f"Trust withdrawn by {admin} on {timezone.now():%Y-%m-%d %H:%M} UTC."
+    row.note = f"Trust withdrawn by {admin} on {when(timezone.now())}."
     row.save(update_fields=["trusted_by", "trusted_at", "note"])
     log.info("%s withdrew trust in the code of %s", admin, row)
     audit.record(admin, audit.CODE_TRUST_WITHDRAWN, str(row))
@@ -73,14 +74,14 @@ def status_words(model: Model, revision: str) -> str:
     row = decision(model, revision)
     which = f"revision {revision}" if revision else "the default revision"
     if row is not None and row.trusted:
-        when = f"{row.trusted_at:%Y-%m-%d}" if row.trusted_at else ""
+        since = day(row.trusted_at) if row.trusted_at else ""
         return (
             f"{model.repo_id}'s own code ({which}) is trusted by {row.trusted_by or 'an admin'} "
-            f"since {when}: its copies run it."
+            f"since {since}: its copies run it."
         )
     if row is not None and row.asked_at is not None:
         return (
-            f"{row.asked_by or 'Someone'} asked a platform admin on {row.asked_at:%Y-%m-%d} to "
+            f"{row.asked_by or 'Someone'} asked a platform admin on {day(row.asked_at)} to "
             f"trust {model.repo_id}'s own code ({which}); until then its copies run without it."
         )
     return (

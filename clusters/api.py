@@ -10,7 +10,8 @@ from django.http import HttpRequest
 from ninja import Field, Router, Schema
 
 from clusters.models import Accelerator, Cluster, Machine
-from console.api_schema import ERRORS, gib
+from console.api_schema import ERRORS
+from placement.words import in_gib
 
 router = Router(tags=["clusters"])
 
@@ -56,12 +57,13 @@ def gpu_out(gpu: Accelerator) -> dict[str, Any]:
         "index": gpu.index,
         "vendor": gpu.vendor,
         "product": gpu.product,
-        "memory_gb": gib(gpu.memory_bytes),
+        "memory_gb": in_gib(gpu.memory_bytes),
         "compute_capability": gpu.compute_capability or None,
         "sharing_class": gpu.sharing_class,
         "replicas": gpu.replicas,
         "mig_slices": [
-            {"profile": s.mig_profile, "memory_gb": gib(s.memory_bytes)} for s in gpu.slices.all()
+            {"profile": s.mig_profile, "memory_gb": in_gib(s.memory_bytes)}
+            for s in gpu.slices.all()
         ],
     }
 
@@ -72,7 +74,7 @@ def machine_out(machine: Machine) -> dict[str, Any]:
         "name": machine.name,
         "ready": machine.ready,
         "gpu_count": len(gpus),
-        "gpu_memory_gb": gib(sum(gpu.memory_bytes for gpu in gpus)),
+        "gpu_memory_gb": in_gib(sum(gpu.memory_bytes for gpu in gpus)),
         "gpus": [gpu_out(gpu) for gpu in gpus],
     }
 

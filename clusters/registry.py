@@ -14,6 +14,7 @@ from django.conf import settings
 from clusters.backends.base import ClusterBackend
 from clusters.backends.engines import EnginePrograms
 from clusters.models import Cluster, ClusterKind
+from placement import GIB
 
 _backends: dict[tuple[int, str], Any] = {}
 _lock = threading.Lock()
@@ -59,7 +60,7 @@ def make_backend(cluster: Cluster) -> ClusterBackend:
     if cluster.kind == ClusterKind.STANDALONE:
         from clusters.backends.standalone import StandaloneBackend
 
-        reserve = int(settings.CPU_RESERVE_GIB * (1 << 30))
+        reserve = int(settings.CPU_RESERVE_GIB * GIB)
         return StandaloneBackend(
             state_dir(cluster),
             programs=engine_programs(),

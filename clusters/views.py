@@ -13,6 +13,7 @@ from clusters.backends import isolation
 from clusters.models import Accelerator, Cluster, ClusterKind, Machine, present_gpu_count
 from deployments.access import visible_deployments
 from deployments.models import Reservation
+from placement.words import percent_of
 
 LOCAL_KINDS = {ClusterKind.STANDALONE, ClusterKind.SIMULATOR}
 NOTICE_WORDS = {
@@ -60,9 +61,7 @@ def annotate_room(gpu: Accelerator, held: dict[int, list[Reservation]]) -> None:
         unit.holders = held.get(unit.pk, [])
         used = sum(r.reserved_bytes for r in unit.holders)
         unit.free_bytes = max(0, unit.memory_bytes - used)
-        unit.used_percent = (
-            min(100, round(100 * used / unit.memory_bytes)) if unit.memory_bytes else 0
-        )
+        unit.used_percent = percent_of(used, unit.memory_bytes)
 
 
 def cluster_detail(request: HttpRequest, pk: int) -> HttpResponse:

@@ -1,5 +1,6 @@
-"""The API's shared vocabulary, used by every app's router: the error body, strict input schemas,
-text that PostgreSQL can store, and GiB as a number. console/api_v1.py assembles the routers."""
+"""The API's shared vocabulary, used by every app's router: the error body, strict input schemas
+and text that PostgreSQL can store (GiB, like every unit, is placement/words.py's).
+console/api_v1.py assembles the routers into the API."""
 
 from __future__ import annotations
 
@@ -7,12 +8,6 @@ from typing import Annotated, Any
 
 from ninja import Field, Schema
 from pydantic import AfterValidator, ConfigDict
-
-GIB = 2**30
-
-
-def gib(size_bytes: int) -> float:
-    return round(size_bytes / GIB, 2)
 
 
 class ErrorOut(Schema):

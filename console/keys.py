@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from console import audit, live
 from console.models import ApiKey, KeyScope
+from placement.words import when
 
 MAX_DAYS = 3650
 # What a key of each scope may create: itself and what it includes.
@@ -80,7 +81,7 @@ def within(parent: ApiKey, scope: KeyScope, expires_at: datetime | None) -> date
         return parent.expires_at  # no longer-lived than its maker: it ends when that one does
     if expires_at > parent.expires_at:
         raise KeyRefused(
-            f"this key expires on {parent.expires_at:%Y-%m-%d %H:%M} UTC, so a key it creates "
+            f"this key expires on {when(parent.expires_at)}, so a key it creates "
             "cannot outlive it: ask for fewer days",
             "expires_in_days",
         )
@@ -105,7 +106,7 @@ def issue(
     if made_with is not None:
         expires_at = within(made_with, chosen, expires_at)
     key, secret = ApiKey.issue(owner, name, chosen, expires_at)
-    until = f", until {expires_at:%Y-%m-%d %H:%M} UTC" if expires_at else ""
+    until = f", until {when(expires_at)}" if expires_at else ""
     audit.record(
         None if by else owner,
         audit.API_KEY_ISSUED,

@@ -21,6 +21,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
+from placement.words import when
+
 MAX_DELAY_S = 3.0
 DELAY_PER_FAILURE_S = 0.25
 
@@ -40,7 +42,7 @@ def locked_out(request: HttpRequest, credentials: Any = None, *args: Any) -> Htt
     until = timezone.now() + settings.AXES_COOLOFF_TIME
     words = (
         f"Too many failed logins for “{username}” from your address: logins are refused for "
-        f"{lockout_minutes()} minutes. Try again after {until:%H:%M} UTC, or ask a platform "
+        f"{lockout_minutes()} minutes. Try again after {when(until)}, or ask a platform "
         "admin to reset your password."
     )
     context = {"locked_out": words, "form": None, "next": request.GET.get("next", "")}

@@ -27,6 +27,7 @@ from deployments.choices import (
 )
 from deployments.engine.settings import EngineSettingsError, validate_settings
 from deployments.models import REPLY_WAIT_MAX_S, REPLY_WAIT_MIN_S, Deployment, Event
+from placement.words import plural
 
 
 class ActionRefused(Exception):
@@ -45,10 +46,6 @@ class Done:
 
     deployment: Deployment | None
     words: str
-
-
-def copies_words(count: int) -> str:
-    return f"{count} cop{'y' if count == 1 else 'ies'}"
 
 
 # Stored settings the allow-list refuses (set on upgrade; cleared by new settings).
@@ -260,11 +257,13 @@ def scale(
         if new_size:
             fields["generation"] = locked.generation + 1
         Deployment.objects.filter(pk=locked.pk).update(**fields)
-        words = f"Scale to {copies_words(wanted)}"
+        words = f"Scale to {plural(wanted, 'copy', 'copies')}"
         words += f" of {size} accelerator{'s' if size > 1 else ''} each" if new_size else ""
         record(locked, actor, words)
         lifecycle.enqueue("converge_deployment", locked.pk)
-    return Done(Deployment.objects.get(pk=deployment.pk), f"Scaling to {copies_words(wanted)}.")
+    return Done(
+        Deployment.objects.get(pk=deployment.pk), f"Scaling to {plural(wanted, 'copy', 'copies')}."
+    )
 
 
 def change_settings(actor: Any, deployment: Deployment, engine_settings: Any) -> Deployment:

@@ -1,8 +1,8 @@
 """The deployments API: host, read, scale, stop, start, check, delete and change deployments,
 and check the fit or estimate the memory of a model before hosting it.
 
-The API's shared vocabulary (the error body, strict input schemas, GiB) is console/api_schema.py;
-console/api_v1.py assembles the routers into the API.
+The API's shared vocabulary (the error body, strict input schemas) is console/api_schema.py
+(GiB, like every unit, comes from placement.words); console/api_v1.py assembles the routers.
 Changes go through deployments.actions only; access through deployments.access.
 """
 
@@ -24,7 +24,7 @@ import placement
 from catalog.models import Model, Variant
 from clusters.models import Accelerator, Cluster
 from console.access import NEEDS_OPERATE, operated_teams, team_roles
-from console.api_schema import ERRORS, InvalidForModel, StrictSchema, Text, gib
+from console.api_schema import ERRORS, InvalidForModel, StrictSchema, Text
 from console.models import Team
 from deployments import actions, machine_files
 from deployments.access import get_deployment, visible_deployments
@@ -34,6 +34,7 @@ from deployments.engine.settings import CATALOG as ENGINE_SETTINGS
 from deployments.forms import DeploymentFilter
 from deployments.models import Copy, Deployment, Reservation
 from deployments.placing import estimate, fit_check, placement_request
+from placement.words import in_gib
 
 # --- input types ---------------------------------------------------------------------------
 
@@ -308,7 +309,7 @@ def copy_out(copy: Copy, topology: str) -> dict[str, Any]:
         "gpu_vendor": held[0].vendor if held else None,
         "hardware_class": copy.hardware_class or None,
         "sharing_class": copy.sharing_class or None,
-        "allocated_capacity_gb": gib(copy.allocated_bytes),
+        "allocated_capacity_gb": in_gib(copy.allocated_bytes),
         "gpu_memory_utilization": copy.gpu_memory_utilization,
         "attempts": copy.attempts,
         "pending_reason": copy.pending_reason,
@@ -515,11 +516,11 @@ placement_router = Router(tags=["placement"])
 
 def estimate_out(part: placement.Estimate, max_model_len: int) -> dict[str, Any]:
     return {
-        "weights_gb": gib(part.weights_bytes),
-        "kv_cache_gb": gib(part.kv_cache_bytes),
-        "activations_gb": gib(part.activations_bytes),
-        "overhead_gb": gib(part.overhead_bytes),
-        "total_gb": gib(part.total_bytes),
+        "weights_gb": in_gib(part.weights_bytes),
+        "kv_cache_gb": in_gib(part.kv_cache_bytes),
+        "activations_gb": in_gib(part.activations_bytes),
+        "overhead_gb": in_gib(part.overhead_bytes),
+        "total_gb": in_gib(part.total_bytes),
         "kv_cache_bytes_per_token": part.kv_bytes_per_token,
         "tensor_parallel": part.tensor_parallel,
         "max_model_len": max_model_len,
@@ -532,7 +533,7 @@ def placed_out(placed: placement.Placement) -> dict[str, Any]:
         "machine": placed.machine,
         "accelerators": list(placed.accelerators),
         "slice": placed.slice,
-        "allocated_capacity_gb": gib(placed.allocated_bytes),
+        "allocated_capacity_gb": in_gib(placed.allocated_bytes),
         "gpu_memory_utilization": placed.gpu_memory_utilization,
         "hardware_class": placed.hardware_class,
         "sharing_class": placed.sharing_class,

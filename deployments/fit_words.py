@@ -18,6 +18,7 @@ from deployments.models import Deployment, Reservation
 from deployments.placing import for_cluster, placement_request
 from deployments.snapshot import inventory_for, reservation_to_inventory
 from placement.shares import engine_share
+from placement.words import gib, percent, plural
 
 SIZE_CHOICES = [
     ("0.25", "¼ of an accelerator"),
@@ -46,14 +47,6 @@ def size_label(size: Any) -> str:
     if value < 1:
         return f"{text} of an accelerator"
     return "1 accelerator" if value == 1 else f"{text} accelerators (split)"
-
-
-def gib(value: float) -> str:
-    return f"{value / placement.GIB:.2f} GiB"
-
-
-def copies_words(count: int) -> str:
-    return f"{count} cop{'y' if count == 1 else 'ies'}"
 
 
 @dataclass(frozen=True)
@@ -93,7 +86,7 @@ def has_words(hardware: Hardware, size: float, asked: float | None = None) -> st
     memory = hardware.gpu_memory_bytes
     share = engine_share(size, asked)
     product = f" ({hardware.product})" if hardware.product else ""
-    engine = f"{gib(memory * share)} ({share:.0%} of its memory)"
+    engine = f"{gib(memory * share)} ({percent(share)} of its memory)"
     if size < 1:
         return (
             f"Each accelerator here has {gib(memory)}{product}; a copy of "
@@ -139,7 +132,9 @@ def empty_words(result: placement.PlanResult) -> str:
     now, empty = result.fit_now, result.fit_empty
     if empty == 0:
         return "Even on an empty cluster, no copy of this size fits."
-    return f"Room now for {copies_words(now)} of this size; on an empty cluster, {empty}."
+    return (
+        f"Room now for {plural(now, 'copy', 'copies')} of this size; on an empty cluster, {empty}."
+    )
 
 
 def describe_fit(
@@ -175,11 +170,12 @@ def suggestion_words(
     if not (better.fit_now > result.fit_now or result.fit_empty == 0):
         return {}
     label = size_label(suggested)
+    now = plural(better.fit_now, "copy", "copies")
     return {
         "suggestion": size_text(suggested),
         "suggestion_label": label,
         "suggestion_words": (
-            f"{label[0].upper()}{label[1:]} would fit better: {copies_words(better.fit_now)} of "
+            f"{label[0].upper()}{label[1:]} would fit better: {now} of "
             f"that size fit now, {better.fit_empty} on an empty cluster."
         ),
     }
@@ -269,7 +265,7 @@ def per_copy_words(hardware: Hardware, size: float, settings: dict[str, Any]) ->
     if hardware.gpu_memory_bytes:
         share = engine_share(size, settings.get("gpu_memory_utilization"))
         text += (
-            f" The engine takes {share:.0%} of each accelerator's memory: "
+            f" The engine takes {percent(share)} of each accelerator's memory: "
             f"{gib(hardware.gpu_memory_bytes * share)} of {gib(hardware.gpu_memory_bytes)}."
         )
     return text
@@ -277,8 +273,9 @@ def per_copy_words(hardware: Hardware, size: float, settings: dict[str, Any]) ->
 
 def cluster_words(hardware: Hardware, fit: FitWords, size: float) -> str:
     count = hardware.gpu_count
-    has = f"This cluster has {count} accelerator{'s' if count != 1 else ''}"
-    words = f"{has}, so up to {copies_words(fit.fit_empty)} fit when nothing else is running on it."
+    has = f"This cluster has {plural(count, 'accelerator', 'accelerators')}"
+    empty = plural(fit.fit_empty, "copy", "copies")
+    words = f"{has}, so up to {empty} fit when nothing else is running on it."
     return f"{words} Now {fit.fit_now} fit beside what else runs there."
 
 

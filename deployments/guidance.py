@@ -9,6 +9,7 @@ from typing import Any
 from catalog.models import Model, Variant
 from clusters.models import Cluster
 from deployments.placing import estimate, fit_check, placement_request
+from placement.words import plural
 
 CONTEXTS = (4096, 32768, 131072)
 # The fit check answers for a typical chat context; the wizard lets the operator choose.
@@ -39,7 +40,7 @@ class ClusterFit:
             return "—"
         if self.size < 1:
             return f"{self.size:g} of a GPU"
-        return "1 GPU" if self.size == 1 else f"{self.size:g} GPUs"
+        return plural(self.size, "GPU", "GPUs")
 
 
 @dataclass

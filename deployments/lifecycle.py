@@ -31,9 +31,10 @@ from deployments.choices import (
 from deployments.classify import Failure
 from deployments.models import Copy, Deployment, Reservation
 from deployments.placing import release, reserve
+from placement import GIB
+from placement.words import gib, percent, plural
 
 log = logging.getLogger(__name__)
-GIB = 2**30
 
 
 def enqueue(task_name: str, *ids: int) -> None:
@@ -87,7 +88,7 @@ def who_holds_the_room(cluster: Cluster, besides: Deployment) -> str:
     )
     parts = [
         f"{holder_name(r['copy__deployment__name'], r['copy__deployment__team_id'], besides)} "
-        f"holds {plural(r['copies'], 'copy')} ({r['held'] / GIB:.2f} GiB)"
+        f"holds {plural(r['copies'], 'copy', 'copies')} ({gib(r['held'])})"
         for r in rows
     ]
     return "; ".join(parts)
@@ -118,10 +119,10 @@ def download_progress(deployment: Deployment) -> str:
     if files is None:
         return "The model is not on this server yet; it is queued for download."
     if files.state == ServerModelState.DOWNLOADING and files.size_bytes:
-        done = 100 * files.progress_bytes / files.size_bytes
+        done = percent(files.progress_bytes, of=files.size_bytes)
         return (
-            f"Waiting for the model to download: {done:.0f} % "
-            f"({files.progress_bytes / GIB:.1f} of {files.size_bytes / GIB:.1f} GiB)."
+            f"Waiting for the model to download: {done} "
+            f"({gib(files.progress_bytes)} of {gib(files.size_bytes)})."
         )
     return f"Waiting for the model to download ({files.get_state_display().lower()})."
 
@@ -322,12 +323,6 @@ def copy_counts(deployment: Deployment) -> dict[str, int]:
         state=CopyState.FAILED, next_attempt_at__isnull=True
     ).count()
     return counts
-
-
-def plural(n: int, word: str) -> str:
-    if n == 1:
-        return f"1 {word}"
-    return f"{n} {word[:-1]}ies" if word.endswith("y") else f"{n} {word}s"
 
 
 def pending_reason(deployment: Deployment) -> str:

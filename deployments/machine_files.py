@@ -29,6 +29,7 @@ from console.models import Team
 from deployments import lifecycle
 from deployments.choices import CopyState
 from deployments.models import Copy, Deployment
+from placement.words import plural
 
 PROGRESS_EVERY_S = 0.5
 # A copy of files saves its progress at least this often (the Kubernetes fill: every poll).
@@ -100,7 +101,7 @@ def request_sync(deployment: Deployment) -> str:
     with transaction.atomic():
         queued = [queue(row_for(machine, server_copy), deployment.team_id) for machine in ready]
     skipped = len(machines) - len(ready)
-    words = f"Syncing the model files to {sum(queued)} machine{'s' if sum(queued) != 1 else ''}"
+    words = f"Syncing the model files to {plural(sum(queued), 'machine', 'machines')}"
     if len(ready) - sum(queued):
         words += f" ({len(ready) - sum(queued)} already syncing)"
     if skipped:
@@ -301,7 +302,7 @@ class FilesSummary:
             return "The model is not on this server yet; Sync can start once it is downloaded."
         if self.of and self.on == self.of:
             return f"On every machine ({self.of})."
-        return f"On {self.on} of {self.of} machine{'s' if self.of != 1 else ''}."
+        return f"On {self.on} of {plural(self.of, 'machine', 'machines')}."
 
 
 def summary(deployment: Deployment) -> FilesSummary:

@@ -30,6 +30,7 @@ from deployments.choices import (
     EventKind,
 )
 from deployments.models import Copy, Deployment, Event, Reservation
+from placement.words import when
 
 log = logging.getLogger(__name__)
 # A copy claimed by a worker that shows no progress for this long is dispatched again.
@@ -233,7 +234,7 @@ def stop_stray(cluster: Cluster, engine: RunningEngine) -> int:
         message=(
             f"Stopped an engine that no copy owns (copy {engine.handle.copy_id} of {name}, "
             f"cluster {cluster.name}{where}, running since "
-            f"{engine.started_at:%Y-%m-%d %H:%M:%S %Z}). Its copy is gone or no longer runs, "
+            f"{when(engine.started_at)}). Its copy is gone or no longer runs, "
             "so the memory it used was not counted for placement."
         ),
     )

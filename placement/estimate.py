@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from placement.types import EngineSettings, Estimate, ModelFacts
+from placement.types import GIB, EngineSettings, Estimate, ModelFacts
 
 BLOCK_TOKENS = 16  # vLLM's default --block-size: KV is allocated in pages of 16 tokens
 # The CPU build's default: its cache's size moves in steps of 128 tokens (measured, the tiny
@@ -28,7 +28,7 @@ NCCL_BYTES = 256 << 20
 # processes with torch loaded. Measured as the process tree's PSS once ready, less the KV cache
 # it was given: 1.31 GiB for the tiny Llama (VLLM_CPU_KVCACHE_SPACE 1 and 3 GiB: 2.31 and 4.31
 # GiB); kept a little above so that a copy's budget holds. No CUDA context, no CUDA graphs.
-CPU_RUNTIME_BYTES = int(1.4 * (1 << 30))
+CPU_RUNTIME_BYTES = int(1.4 * GIB)
 
 # CUDA graphs are captured for batch sizes up to min(2 x max_num_seqs, 512); their memory grows
 # with that size, the hidden size and the number of layers. One constant for every model, from

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from placement.types import GIB, Estimate, NoFitReason, PlacementRequest
+from placement.types import Estimate, NoFitReason, PlacementRequest
 from placement.units import (
     SHARE_SCALE,
     TENSOR_PARALLEL_KINDS,
@@ -26,10 +26,7 @@ from placement.units import (
     reserved,
     version_tuple,
 )
-
-
-def gib(value: int) -> str:
-    return f"{value / GIB:.2f} GiB"
+from placement.words import gib
 
 
 def where(gpu: GpuState) -> str:

@@ -32,6 +32,7 @@ from placement.types import (
     Policy,
     Reservation,
 )
+from placement.words import in_gib
 
 T = TypeVar("T")
 Json = dict[str, object]
@@ -402,22 +403,17 @@ def scenario_from_json(value: object, need_cluster: bool = True) -> Scenario:
 # --- dataclasses -> JSON ---------------------------------------------------------------------
 
 
-def gib_out(value: int) -> float:
-    """Output only: GiB rounded to two decimals."""
-    return round(value / GIB, 2)
-
-
 def size_json(size: float) -> float | int:
     return int(size) if float(size).is_integer() else size
 
 
 def estimate_to_json(estimate: Estimate) -> Json:
     return {
-        "weights_gb": gib_out(estimate.weights_bytes),
-        "kv_cache_gb": gib_out(estimate.kv_cache_bytes),
-        "activations_gb": gib_out(estimate.activations_bytes),
-        "overhead_gb": gib_out(estimate.overhead_bytes),
-        "total_gb": gib_out(estimate.total_bytes),
+        "weights_gb": in_gib(estimate.weights_bytes),
+        "kv_cache_gb": in_gib(estimate.kv_cache_bytes),
+        "activations_gb": in_gib(estimate.activations_bytes),
+        "overhead_gb": in_gib(estimate.overhead_bytes),
+        "total_gb": in_gib(estimate.total_bytes),
         "kv_bytes_per_token": estimate.kv_bytes_per_token,
         "tensor_parallel": estimate.tensor_parallel,
     }
@@ -430,7 +426,7 @@ def placement_to_json(placement: Placement) -> Json:
         "accelerators": list(placement.accelerators),
         "slice": placement.slice,
         "slice_id": placement.slice_id,
-        "allocated_capacity_gb": gib_out(placement.allocated_bytes),
+        "allocated_capacity_gb": in_gib(placement.allocated_bytes),
         "share": round(placement.share, 4),
         "gpu_memory_utilization": placement.gpu_memory_utilization,
         "hardware_class": placement.hardware_class,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django import template
 
 from catalog.models import Task
+from placement import words
 
 register = template.Library()
 TASK_LABELS = dict(Task.choices)
@@ -18,7 +19,5 @@ def task_labels(tasks: list[str] | None) -> str:
 
 @register.filter
 def per_second(value: int | None) -> str:
-    """A download speed in MiB/s (pages say MiB, meaning 2^20 bytes)."""
-    if not value:
-        return "—"
-    return f"{value / 2**20:,.1f} MiB/s"
+    """A download speed (bytes a second) in MiB/s."""
+    return words.bytes_per_second(value)

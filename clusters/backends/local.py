@@ -36,8 +36,8 @@ from clusters.backends.base import (
     RunningEngine,
 )
 from clusters.backends.logparse import LineState, parse_lines, root_cause_line
+from placement.words import gib
 
-GIB = 1 << 30
 ENGINE_HOST = "127.0.0.1"
 # A copy on a GPU with this share or more has the GPU to itself; below, it shares the GPU and
 # must find its bytes free before it starts (vLLM refuses to start otherwise).
@@ -129,8 +129,8 @@ def check_room(spec: CopySpec, free_bytes_of: Callable[[int], int | None]) -> No
         free = free_bytes_of(index)
         if free is not None and free < spec.reserved_bytes:
             raise WaitForRoom(
-                f"{free / GIB:.1f} GiB free on GPU {index}, the copy needs "
-                f"{spec.reserved_bytes / GIB:.1f} GiB; it waits until memory frees up"
+                f"{gib(free)} free on GPU {index}, the copy needs "
+                f"{gib(spec.reserved_bytes)}; it waits until memory frees up"
             )
 
 

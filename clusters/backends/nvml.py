@@ -18,6 +18,7 @@ from types import ModuleType
 from typing import Any
 
 from clusters.backends.base import DiscoveredAccelerator, DiscoveredSlice
+from placement.words import plural
 
 MIB = 1 << 20
 NO_GPUS = "no GPUs found on this machine"
@@ -279,7 +280,7 @@ def describe(devices: list[GpuDevice], unreadable: list[str], driver: str, cuda:
     for device in devices:
         names[device.name] = names.get(device.name, 0) + 1
     found = ", ".join(f"{count} × {name}" for name, count in names.items())
-    text = f"{len(devices)} GPU{'s' if len(devices) != 1 else ''}: {found} (driver {driver}"
+    text = f"{plural(len(devices), 'GPU', 'GPUs')}: {found} (driver {driver}"
     text += f", CUDA {cuda})" if cuda else ")"
     if unreadable:
         text += f"; unreadable: {'; '.join(unreadable)}"

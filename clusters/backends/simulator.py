@@ -41,7 +41,6 @@ from clusters.backends.base import (
     Progress,
 )
 from clusters.backends.local import (
-    GIB,
     LocalProcessBackend,
     WaitForRoom,
     check_engine_argv,
@@ -50,6 +49,8 @@ from clusters.backends.local import (
     engine_environment,
 )
 from clusters.simulator.contract import ENGINE_MODULE, build_env, serve_argv
+from placement import GIB
+from placement.words import gib
 
 __all__ = ["SimulatorBackend", "WaitForRoom", "discover_inventory", "engine_argv"]
 
@@ -242,8 +243,8 @@ class SimulatorBackend(LocalProcessBackend):
         temporary = marker.with_name(marker.name + ".tmp")
         temporary.write_text(json.dumps(record))
         temporary.replace(marker)
-        copied = f"{files.size_bytes / GIB:.1f} GiB"
-        return FilesResult(True, message=f"copied {copied} to {entry['name']} in {seconds:.1f} s")
+        copied = f"copied {gib(files.size_bytes)} to {entry['name']} in {seconds:.1f} s"
+        return FilesResult(True, message=copied)
 
     def copy_in_steps(self, size: int, progress: Progress | None) -> float:
         """Sleep as long as copying `size` bytes takes, telling `progress` as the bytes arrive."""

@@ -35,7 +35,6 @@ from clusters.backends.base import (
 )
 from clusters.backends.engines import EnginePrograms, with_binary
 from clusters.backends.local import (
-    GIB,
     LocalProcessBackend,
     WaitForRoom,
     check_engine_argv,
@@ -43,6 +42,8 @@ from clusters.backends.local import (
     cuda_visible_devices,
     engine_environment,
 )
+from placement import GIB
+from placement.words import gib
 
 __all__ = ["StandaloneBackend", "WaitForRoom", "system_memory_bytes"]
 
@@ -143,8 +144,7 @@ class StandaloneBackend(LocalProcessBackend):
         cpu = cpu_accelerator(system_memory_bytes(), self.cpu_reserve_bytes, cores)
         words = (
             f"no NVIDIA devices on this machine: it hosts on its CPU ({cores} cores, "
-            f"{cpu.memory_bytes / GIB:.2f} GiB for engines after a "
-            f"{self.cpu_reserve_bytes / GIB:.2f} GiB reserve)"
+            f"{gib(cpu.memory_bytes)} for engines after a {gib(self.cpu_reserve_bytes)} reserve)"
         )
         return self._machine_with((cpu,), words)
 

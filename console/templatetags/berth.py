@@ -1,21 +1,32 @@
-"""Template filters for units and badges, so every page shows memory the same way."""
+"""Template filters for units and badges: thin wrappers of placement.words, so that every page
+writes memory, shares, counts and times as the messages and the API do."""
 
 from __future__ import annotations
+
+from datetime import datetime
 
 from django import template
 
 from console.choices import Badge, StateChoices
+from placement import words
 
 register = template.Library()
-GIB = 2**30
 
 
 @register.filter
 def gib(value: int | None) -> str:
-    """Bytes as GiB with two decimals (pages say GiB, meaning 2^30 bytes)."""
-    if value is None:
-        return "—"
-    return f"{value / GIB:,.2f} GiB"
+    return words.gib(value)
+
+
+@register.filter
+def percent(value: float | None, of: float | None = None) -> str:
+    """{{ share|percent }} → "45%"; {{ done|percent:total }} → a part of a whole, at most 100%."""
+    return words.percent(value, of)
+
+
+@register.filter
+def when(value: datetime | None) -> str:
+    return words.when(value)
 
 
 @register.filter
@@ -33,6 +44,4 @@ register.filter("badge_colour", badge)
 
 @register.filter
 def billions(value: int | None) -> str:
-    if not value:
-        return "—"
-    return f"{value / 1e9:,.1f} B"
+    return words.billions(value)

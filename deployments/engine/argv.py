@@ -17,7 +17,6 @@ from clusters.backends.argv import without_key
 from deployments.engine.settings import CATALOG, validate_settings
 
 PORT_SHOWN = "<port>"  # a copy's port is chosen when it launches
-GIB = 1 << 30
 # The variable each engine reads its API key from (vLLM: VLLM_API_KEY; llama.cpp: LLAMA_API_KEY).
 KEY_VARIABLE = {"vllm": "VLLM_API_KEY", "llamacpp": "LLAMA_API_KEY"}
 

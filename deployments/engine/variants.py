@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import placement
 from catalog.models import Model, Variant
 from clusters.models import Accelerator, Cluster
 from deployments.engine.context import EngineContext
 from deployments.engine.versions import newest
 from deployments.placing import vendor_of
 from placement.shares import DEFAULT_SHARE
+from placement.words import gib
 
 GUIDANCE_CONTEXT = 8_192  # the conversation length VRAM guidance is quoted for
 FP8_CAPABILITY = (8, 9)
@@ -83,10 +83,6 @@ class Advice:
     accelerators: int | None  # the fewest whole accelerators per copy that hold it
     needs_bytes: int  # one copy at GUIDANCE_CONTEXT tokens, on one accelerator
     words: str
-
-
-def gib(value: int) -> str:
-    return f"{value / placement.GIB:.1f} GiB"
 
 
 def runs_on(variant: Variant, hardware: Hardware) -> bool:

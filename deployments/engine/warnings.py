@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import placement
 from deployments.engine.context import EngineContext
 from placement.shares import HIGH_SHARE, SHARED_LIMIT
+from placement.words import gib, percent
 
 
 @dataclass(frozen=True)
@@ -21,10 +21,6 @@ class EngineWarning:
     code: str
     setting: str
     message: str
-
-
-def gib(value: int) -> str:
-    return f"{value / placement.GIB:.2f} GiB"
 
 
 def warnings_for(settings: dict[str, Any], context: EngineContext) -> list[EngineWarning]:
@@ -82,8 +78,9 @@ def share_too_high(settings: dict[str, Any], context: EngineContext) -> list[Eng
     if not share or share <= HIGH_SHARE:
         return []
     message = (
-        f"A memory share of {share:.0%} leaves vLLM too little room outside it (CUDA graphs, "
-        "the sampler's warm-up, other processes): it may not start. 95 % or less is safer."
+        f"A memory share of {percent(share)} leaves vLLM too little room outside it (CUDA "
+        "graphs, the sampler's warm-up, other processes): it may not start. "
+        f"{percent(HIGH_SHARE)} or less is safer."
     )
     return [EngineWarning("share_above_95", "gpu_memory_utilization", message)]
 
@@ -118,10 +115,10 @@ def cap_share(asked: float | None, context: EngineContext) -> tuple[float | None
         return asked, ""
     if context.size < 1:
         why = (
-            f"{asked:.0%} is more than a copy of {context.size:g} of an accelerator may use: "
-            f"capped at {limit:.1%} ({SHARED_LIMIT:g} × its share; neighbours on the accelerator "
-            "need the rest)."
+            f"{percent(asked)} is more than a copy of {context.size:g} of an accelerator may use: "
+            f"capped at {percent(limit, decimals=1)} ({SHARED_LIMIT:g} × its share; neighbours on "
+            "the accelerator need the rest)."
         )
     else:
-        why = f"{asked:.0%} is more than the whole accelerator: capped at {limit:.0%}."
+        why = f"{percent(asked)} is more than the whole accelerator: capped at {percent(limit)}."
     return limit, why

@@ -39,6 +39,7 @@ from deployments.engine.warnings import EngineWarning, warnings_for
 from deployments.forms import EngineSettingsForm
 from deployments.models import Deployment
 from deployments.placing import cpu_kv_cache_bytes, fit_check, placement_request
+from placement.words import percent
 
 MODE_KEY = "berth_editor_mode"
 MODES = ("novice", "advanced")
@@ -232,10 +233,10 @@ class EditorState:
         return presets.matching(self.settings, self.context)
 
     def default_share_text(self) -> str:
-        return f"{self.context.default_share():.0%}"
+        return percent(self.context.default_share())
 
     def share_limit_text(self) -> str:
-        return f"{self.context.share_limit():.0%}"
+        return percent(self.context.share_limit())
 
     def changed_controls(self) -> set[str]:
         return {CONTROL_OF.get(name, name) for name in self.preset_changed}

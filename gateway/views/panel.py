@@ -14,6 +14,7 @@ from deployments.choices import CopyState
 from deployments.models import Deployment
 from gateway import conf
 from gateway.models import MinuteFigures
+from placement.words import per_second, percent
 
 WINDOW_MINUTES = 15
 # "Often": at least this share of the window's requests, and at least this many.
@@ -144,7 +145,7 @@ def figure_list(series: list[MinuteFigures | None], total: MinuteFigures) -> lis
     return [
         Figure("Requests", f"{total.requests:,}", spark([r.requests if r else 0 for r in series]),
                "requests"),
-        Figure("Generation speed", words(speed(total), "{:,.1f} tokens/s"),
+        Figure("Generation speed", per_second(speed(total), "tokens"),
                spark([speed(r) for r in series]), "speed"),
         Figure("Time to first token", seconds(ttft(total)), spark([ttft(r) for r in series]),
                "ttft"),
@@ -155,10 +156,6 @@ def figure_list(series: list[MinuteFigures | None], total: MinuteFigures) -> lis
     ]  # fmt: skip
 
 
-def words(value: float | None, form: str) -> str:
-    return "—" if value is None else form.format(value)
-
-
 def seconds(value: float | None) -> str:
     if value is None:
         return "—"
@@ -166,7 +163,7 @@ def seconds(value: float | None) -> str:
 
 
 def failed_words(failures: int, share: float | None) -> str:
-    return "—" if share is None else f"{failures:,} ({share:.0%})"
+    return "—" if share is None else f"{failures:,} ({percent(share)})"
 
 
 def spark(values: list[float | None]) -> str:

@@ -116,7 +116,7 @@ def test_sync_copies_the_files_to_every_ready_machine_with_progress(
     wait_for(lambda: files_on(deployment) == (2, 3), 30, what="the files on both ready machines")
     found = rows(deployment)
     assert found[placed].message == f"the model is already on {placed}"
-    assert found[other].message.startswith(f"copied 1.1 GiB to {other}")
+    assert found[other].message.startswith(f"copied 1.12 GiB to {other}")
     assert found[other].progress_bytes == found[other].size_bytes
     assert "files-c" not in found  # not ready: left out, and the page says it was
     marker = next((Path(tmp_path) / f"cluster-{cluster.pk}/machines/{other}/files").glob("*.json"))

@@ -352,7 +352,7 @@ def test_a_shared_gpu_without_room_makes_the_copy_wait(tmp_path: Path) -> None:
     with pytest.raises(WaitForRoom) as waiting:
         backend.launch(spec)
     assert str(waiting.value) == (
-        "6.0 GiB free on GPU 0, the copy needs 20.0 GiB; it waits until memory frees up"
+        "6.00 GiB free on GPU 0, the copy needs 20.00 GiB; it waits until memory frees up"
     )
     assert not backend.copy_dir(3).exists()  # nothing was started
 

@@ -452,7 +452,7 @@ def test_on_a_cpu_machine_guidance_never_offers_fp8_and_names_the_cpu_build(as_b
     per_copy = r"About [0-9.]+ GiB per copy at 8,192 tokens:"
     assert re.search(rf"fp8 {per_copy} fp8 does not run on vLLM's CPU build", page)
     assert re.search(
-        rf"bf16 {per_copy} runs on vLLM's CPU build in the machine's memory \(64.0 GiB", page
+        rf"bf16 {per_copy} runs on vLLM's CPU build in the machine's memory \(64.00 GiB", page
     )
     assert "runs natively" not in page
 
@@ -466,7 +466,7 @@ def test_each_variant_gets_vram_guidance(as_bob, bob):
         rf"bf16 {per_copy} needs compute capability 8.0; the accelerators here have 7.5", page
     )
     assert re.search(rf"fp8 {per_copy} needs compute capability 8.9", page)
-    assert re.search(rf"awq-int4 {per_copy} fits one Tesla-T4 \(15.0 GiB\)", page)
+    assert re.search(rf"awq-int4 {per_copy} fits one Tesla-T4 \(15.00 GiB\)", page)
     assert re.search(rf"gguf-q4_k_m {per_copy} fits one Tesla-T4", page)
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from deployments.engine.argv import (
-    GIB,
     LaunchFacts,
     cpu_environment,
     cpu_threads,
@@ -14,6 +13,7 @@ from deployments.engine.argv import (
     vllm_argv,
 )
 from deployments.engine.settings import EngineSettingsError, validate_settings
+from placement import GIB
 
 FACTS = LaunchFacts(
     model="Qwen/Qwen3-8B",

@@ -5,6 +5,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from console import keys
 from console.models import KeyScope
+from placement.words import when
 
 OPTION = {"name": "--name", "scope": "--scope", "expires_in_days": "--expires-in"}
 
@@ -51,7 +52,7 @@ class Command(BaseCommand):
             )
         except keys.KeyRefused as refused:
             raise CommandError(f"{OPTION[refused.field]}: {refused.message}") from None
-        until = f", expires {key.expires_at:%Y-%m-%d %H:%M} UTC" if key.expires_at else ""
+        until = f", expires {when(key.expires_at)}" if key.expires_at else ""
         self.stdout.write(f"Scope {key.scope}{until}.")
         self.stdout.write("Store this key now; it cannot be shown again:")
         self.stdout.write(secret)
