@@ -3,7 +3,7 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from catalog.models import CodeTrust, MachineFiles, Model, ServerModel, Variant
+from catalog.models import CodeTrust, Model, ServerModel, Variant
 from catalog.trust import trust, withdraw
 
 
@@ -57,22 +57,6 @@ class ServerModelAdmin(admin.ModelAdmin):
         "started_at",
         "finished_at",
     ]
-
-
-@admin.register(MachineFiles)
-class MachineFilesAdmin(admin.ModelAdmin):
-    """What Sync and the copies' starts found on each machine: read only (Sync is on the
-    deployment's page, and it alone changes these rows)."""
-
-    list_display = ["__str__", "state", "revision", "size_bytes", "checked_at", "updated_at"]
-    list_filter = ["state", "machine__cluster"]
-    search_fields = ["variant__model__name", "machine__name", "revision"]
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
 
 
 @admin.register(CodeTrust)

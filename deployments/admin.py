@@ -3,9 +3,10 @@
 from typing import Any
 
 from django.contrib import admin, messages
+from django.http import HttpRequest
 
 from deployments import actions
-from deployments.models import Copy, Deployment, Event, LogLine, Reservation
+from deployments.models import Copy, Deployment, Event, LogLine, MachineFiles, Reservation
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -106,3 +107,19 @@ class LogLineAdmin(ReadOnlyAdmin):
     list_display = ["deployment", "seq", "at", "stream", "level", "pattern", "text"]
     list_filter = ["stream", "level", "pattern"]
     search_fields = ["text", "deployment__name"]
+
+
+@admin.register(MachineFiles)
+class MachineFilesAdmin(admin.ModelAdmin):
+    """What Sync and the copies' starts found on each machine: read only (Sync is on the
+    deployment's page, and it alone changes these rows)."""
+
+    list_display = ["__str__", "state", "revision", "size_bytes", "checked_at", "updated_at"]
+    list_filter = ["state", "machine__cluster"]
+    search_fields = ["variant__model__name", "machine__name", "revision"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False

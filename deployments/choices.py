@@ -73,6 +73,17 @@ COPY_HOLDS_NO_ROOM = frozenset({CopyState.PENDING, CopyState.STOPPED, CopyState.
 COPY_STOPPING_OR_STOPPED = frozenset({CopyState.STOPPING, CopyState.STOPPED})
 
 
+class MachineFilesState(StateChoices):
+    QUEUED = "queued", Badge.GREY, "Queued"
+    COPYING = "copying", Badge.BLUE, "Copying"
+    PRESENT = "present", Badge.GREEN, "On the machine"
+    MISSING = "missing", Badge.AMBER, "Missing"
+    FAILED = "failed", Badge.RED, "Failed"
+
+
+MACHINE_FILES_IN_PROGRESS = frozenset({MachineFilesState.QUEUED, MachineFilesState.COPYING})
+
+
 class ErrorCode(models.TextChoices):
     NO_FIT = "NoFitError", "Does not fit"
     OOM = "OOM", "Out of memory"

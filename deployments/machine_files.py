@@ -20,15 +20,15 @@ from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from catalog import trust
-from catalog.models import MachineFiles, MachineFilesState, ServerModel, ServerModelState
+from catalog.models import ServerModel, ServerModelState
 from clusters.backends.base import BackendError, FilesResult, ModelFiles
 from clusters.models import Machine, present_gpu_count
 from clusters.registry import backend_for
 from console import claims, live
 from console.models import Team
 from deployments import lifecycle
-from deployments.choices import CopyState
-from deployments.models import Copy, Deployment
+from deployments.choices import CopyState, MachineFilesState
+from deployments.models import Copy, Deployment, MachineFiles
 from placement.words import plural
 
 PROGRESS_EVERY_S = 0.5

@@ -40,15 +40,16 @@ def test_reservations_and_copies_are_read_only_in_the_admin(as_alice, red):
 
 
 def test_machine_files_are_listed_read_only_in_the_admin(as_alice, red):
-    from catalog.models import MachineFiles, ServerModel
+    from catalog.models import ServerModel
+    from deployments.models import MachineFiles
 
     deployment = factories.make_deployment("files-admin", red)
     row = MachineFiles.objects.create(
         machine=deployment.cluster.machines.first(), variant=deployment.variant, state="present"
     )
     ServerModel.objects.create(variant=deployment.variant, state="ready")
-    listing = as_alice.get("/admin/catalog/machinefiles/").content.decode()
+    listing = as_alice.get("/admin/deployments/machinefiles/").content.decode()
     assert "On the machine" in listing
-    assert as_alice.get("/admin/catalog/machinefiles/add/").status_code == 403
-    as_alice.post(f"/admin/catalog/machinefiles/{row.pk}/change/", {"state": "missing"})
+    assert as_alice.get("/admin/deployments/machinefiles/add/").status_code == 403
+    as_alice.post(f"/admin/deployments/machinefiles/{row.pk}/change/", {"state": "missing"})
     assert MachineFiles.objects.get(pk=row.pk).state == "present"

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
-from catalog.models import MachineFiles, Model, ServerModel
+from catalog.models import Model, ServerModel
 from clusters.backends.simulator import discover_inventory
 from clusters.inventory import apply_discovery
 from clusters.models import Cluster
 from deployments import actions, machine_files
 from deployments.choices import DeploymentState
-from deployments.models import Deployment, Event
+from deployments.models import Deployment, Event, MachineFiles
 from tests.integration.test_lifecycle import FAST_ENGINE, H100
 from tests.processes import console_processes, wait_for
 

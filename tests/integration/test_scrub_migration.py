@@ -33,3 +33,29 @@ def test_lines_and_errors_stored_with_a_key_are_scrubbed(red):
     assert texts == ["args: {'api_key': ['[hidden]']}", "a line", "key [hidden]"]
     assert Copy.objects.get(pk=copy.pk).last_error_message == "401 for [hidden]"
     assert Deployment.objects.get(pk=deployment.pk).last_error_message == "bad key [hidden]"
+
+
+@pytest.mark.django_db(transaction=True)  # the migration renames a table: no pending row events
+def test_machine_files_rows_survive_their_move_from_catalog_to_deployments(red):
+    """catalog 0007 + deployments 0009 move the model's state only; the table keeps its rows."""
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    deployment = factories.make_deployment("kept", red)
+    machine = deployment.cluster.machines.first()
+    before = [("deployments", "0008_copy_socket_path"), ("catalog", "0006_gated_access")]
+    try:
+        state = MigrationExecutor(connection).migrate(before)
+        old = state.apps.get_model("catalog", "MachineFiles")
+        old.objects.create(machine_id=machine.pk, variant_id=deployment.variant_id, revision="abc")
+    finally:  # back to the newest migrations, whatever happened
+        executor = MigrationExecutor(connection)
+        executor.migrate(executor.loader.graph.leaf_nodes())
+    from deployments.models import MachineFiles
+
+    (row,) = MachineFiles.objects.all()
+    assert (row.machine_id, row.variant_id, row.revision) == (
+        machine.pk,
+        deployment.variant_id,
+        "abc",
+    )

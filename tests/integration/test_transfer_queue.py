@@ -9,10 +9,10 @@ import pytest
 from django.core.management import call_command
 
 from catalog import downloads
-from catalog.models import MachineFiles, MachineFilesState, Model, ServerModel
+from catalog.models import Model, ServerModel
 from deployments import actions
-from deployments.choices import DeploymentState
-from deployments.models import Deployment
+from deployments.choices import DeploymentState, MachineFilesState
+from deployments.models import Deployment, MachineFiles
 from tests import factories
 from tests.hub import running_hub, safetensors_repo
 from tests.integration.test_downloads import variant_of

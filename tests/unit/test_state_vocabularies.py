@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 from django.template import Context, Template
 
-from catalog.models import MachineFiles, MachineFilesState, ServerModel, ServerModelState
+from catalog.models import ServerModel, ServerModelState
 from clusters.models import Cluster, ClusterState
 from console.choices import Badge, StateChoices
-from deployments.choices import CopyState, DeploymentState
-from deployments.models import Copy, Deployment
+from deployments.choices import CopyState, DeploymentState, MachineFilesState
+from deployments.models import Copy, Deployment, MachineFiles
 
 VOCABULARIES = [DeploymentState, CopyState, ServerModelState, MachineFilesState, ClusterState]
 STATES = [state for vocabulary in VOCABULARIES for state in vocabulary]
