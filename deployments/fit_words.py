@@ -49,6 +49,15 @@ def size_label(size: Any) -> str:
     return "1 accelerator" if value == 1 else f"{text} accelerators (split)"
 
 
+def size_choices(*extra: Any) -> list[tuple[str, str]]:
+    """The usual sizes, plus any other size in use (the current or the suggested one)."""
+    known = dict(SIZE_CHOICES)
+    for size in extra:
+        if size not in (None, ""):
+            known.setdefault(size_text(size), size_label(size))
+    return sorted(known.items(), key=lambda item: Decimal(item[0]))
+
+
 @dataclass(frozen=True)
 class FitWords:
     """The fit check as the wizard and the scale dialog say it."""

@@ -19,18 +19,8 @@ from deployments.engine.context import EngineContext
 from deployments.engine.settings import CATALOG, without_defaults
 from deployments.engine.versions import flag_list
 from deployments.engine.warnings import cap_share
-from deployments.fit_words import SIZE_CHOICES, size_label, size_text
 from deployments.log_search import LEVELS
 from deployments.models import Deployment, LogLine
-
-
-def size_choices(*extra: Any) -> list[tuple[str, str]]:
-    """The usual sizes, plus any other size in use (the current or the suggested one)."""
-    known = dict(SIZE_CHOICES)
-    for size in extra:
-        if size not in (None, ""):
-            known.setdefault(size_text(size), size_label(size))
-    return sorted(known.items(), key=lambda item: Decimal(item[0]))
 
 
 class WhereForm(forms.Form):
