@@ -31,7 +31,7 @@ from console.access import operated_teams, require_operator_somewhere
 from console.models import Team
 from deployments import actions, editor, scale_dialog
 from deployments.engine import presets, suggestions
-from deployments.engine.variants import advise, hardware_of, pick
+from deployments.engine.variant_advice import advise, hardware_of, pick
 from deployments.models import Deployment
 from deployments.placing import fit_check, for_cluster, placement_request
 from deployments.wizard_forms import ReviewForm, WhereForm, size_choices, size_text
@@ -477,7 +477,7 @@ def proposed_name(model: Model | None) -> str:
 def proposed_chat_name(model: Model | None, name: str) -> str:
     """The model's own short name, as people would type it in the chat."""
     candidate = (model.repo_id.split("/")[-1].lower() if model else "") or name
-    if Deployment.objects.filter(name=candidate).exclude(chat_name=candidate).exists():
+    if actions.chat_name_taken(candidate, name):
         return name
     return candidate
 
