@@ -49,6 +49,7 @@ from clusters.backends.local import (
     cuda_visible_devices,
     engine_environment,
 )
+from clusters.backends.supervisor import write_atomically
 from clusters.simulator.contract import ENGINE_MODULE, build_env, serve_argv
 
 __all__ = ["SimulatorBackend", "WaitForRoom", "discover_inventory", "engine_argv"]
@@ -239,9 +240,7 @@ class SimulatorBackend(LocalProcessBackend):
         seconds = self.copy_in_steps(files.size_bytes, progress)
         marker.parent.mkdir(parents=True, exist_ok=True)
         record = {"repo_id": files.repo_id, "revision": files.revision, "files": files.files}
-        temporary = marker.with_name(marker.name + ".tmp")
-        temporary.write_text(json.dumps(record))
-        temporary.replace(marker)
+        write_atomically(marker, json.dumps(record))
         copied = f"{files.size_bytes / GIB:.1f} GiB"
         return FilesResult(True, message=f"copied {copied} to {entry['name']} in {seconds:.1f} s")
 
