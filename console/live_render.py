@@ -9,7 +9,7 @@ from django.db.models import Count, Q
 from django.template.loader import render_to_string
 
 from console import live
-from console.access import NEEDS_OPERATE, has_role, visible_deployments
+from console.access import operates_team, visible_deployments
 from deployments.choices import CopyState
 
 MAX_LINES_PER_MESSAGE = 500
@@ -25,7 +25,7 @@ def deployment_parts(user: Any, deployment_id: int, csrf_token: str) -> str:
         "deployment": deployment,
         "copies": copies_with_placement(deployment),
         "copies_ready": deployment.copies.filter(state=CopyState.READY).count(),
-        "can_operate": has_role(user, deployment.team_id, NEEDS_OPERATE),
+        "can_operate": operates_team(user, deployment.team_id),
         "csrf_token": csrf_token,
         "default_reply_wait": settings.GATEWAY_REPLY_WAIT_S,
         "oob": True,
@@ -45,7 +45,7 @@ def machine_files(user: Any, deployment_id: int, csrf_token: str) -> str:
     context = {
         "deployment": deployment,
         "files": files.summary(deployment),
-        "can_operate": has_role(user, deployment.team_id, NEEDS_OPERATE),
+        "can_operate": operates_team(user, deployment.team_id),
         "csrf_token": csrf_token,
         "oob": True,
     }
@@ -61,7 +61,7 @@ def deployment_row(user: Any, deployment_id: int, csrf_token: str) -> str:
     deployment = rows.first()
     if deployment is None:
         return ""
-    deployment.can_operate = has_role(user, deployment.team_id, NEEDS_OPERATE)
+    deployment.can_operate = operates_team(user, deployment.team_id)
     context = {"d": deployment, "oob": True, "csrf_token": csrf_token}
     return render_to_string("deployments/_row.html", context)
 
@@ -90,12 +90,12 @@ def log_replay_start(user: Any, deployment_id: int, after: int) -> int:
 def engine_figures(user: Any, deployment_id: int) -> str:
     from django.conf import settings
 
-    from deployments import figures
+    from deployments import engine_figures
 
     if not visible_deployments(user).filter(pk=deployment_id).exists():
         return ""
     context = {
-        "figures": figures.summary(deployment_id),
+        "figures": engine_figures.summary(deployment_id),
         "every": settings.METRICS_EVERY_S,
         "oob": True,
     }

@@ -14,8 +14,8 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from catalog.models import Model
 from clusters.models import Cluster
-from console.access import NEEDS_OPERATE, get_deployment, has_role, visible_deployments
-from deployments import actions, figures, machine_files
+from console.access import NEEDS_OPERATE, get_deployment, operates_team, visible_deployments
+from deployments import actions, engine_figures, machine_files
 from deployments.choices import DEPLOYMENT_ACTIVE, DEPLOYMENT_SERVING, CopyState, DeploymentState
 from deployments.models import Deployment, Reservation
 
@@ -50,7 +50,7 @@ def deployment_list(request: HttpRequest) -> HttpResponse:
     )
     rows = list(deployments.order_by("name"))
     for row in rows:
-        row.can_operate = has_role(request.user, row.team_id, NEEDS_OPERATE)
+        row.can_operate = operates_team(request.user, row.team_id)
     context = {
         "deployments": rows,
         "any_at_all": visible.exists(),
@@ -89,8 +89,8 @@ def deployment_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "copies_ready": deployment.copies.filter(state=CopyState.READY).count(),
         "files": machine_files.summary(deployment),
         "events": deployment.events.select_related("actor")[:50],
-        "can_operate": has_role(request.user, deployment.team_id, NEEDS_OPERATE),
-        "figures": figures.summary(deployment.pk),
+        "can_operate": operates_team(request.user, deployment.team_id),
+        "figures": engine_figures.summary(deployment.pk),
         "every": settings.METRICS_EVERY_S,
         "default_reply_wait": settings.GATEWAY_REPLY_WAIT_S,
     }
