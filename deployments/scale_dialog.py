@@ -20,7 +20,7 @@ import placement
 from clusters.snapshot import inventory_for, reservation_to_inventory
 from console.access import NEEDS_OPERATE, get_deployment
 from deployments import actions
-from deployments.engine.variants import Hardware, hardware_of
+from deployments.engine.variant_advice import Hardware, hardware_of
 from deployments.models import Deployment, Reservation
 from deployments.placing import for_cluster, placement_request
 from deployments.wizard_forms import size_label, size_text
