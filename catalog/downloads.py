@@ -19,7 +19,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import wait as wait_for_future
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +37,6 @@ from console import audit, claims, live
 log = logging.getLogger(__name__)
 
 PROGRESS_EVERY_S = 1.0
-# A row downloading without a progress save for this long lost its worker: it may be claimed.
-STALLED_AFTER = timedelta(minutes=2)
 
 
 class DownloadRefused(ValueError):
@@ -61,11 +58,6 @@ class Plan:
 
 def models_dir() -> Path:
     return Path(getattr(settings, "MODELS_DIR", settings.BASE_DIR / "var" / "models"))
-
-
-def access_for(row: ServerModel) -> Access:
-    team = row.team
-    return Access(token=team.hf_token() if team else "", team_name=team.name if team else "")
 
 
 def files_changed(row_id: int) -> None:
@@ -173,13 +165,11 @@ def mark_must_redownload(row_id: int, reason: str) -> None:
 def redispatch_stalled() -> int:
     """Queue again the downloads a dead worker left (for the reconciler to call).
 
-    A running download saves its progress every second, so a row quiet for STALLED_AFTER has
+    A running download saves its progress every second, so a row quiet for claims.STALLED_AFTER has
     lost its worker (or its task). It goes back to queued with a fresh timestamp, so that the
     task can claim it and it is sent at most once per period however often this runs.
     """
-    ids = claims.requeue_stalled(
-        ServerModel, ServerModelState.QUEUED, ServerModelState.DOWNLOADING, STALLED_AFTER
-    )
+    ids = claims.requeue_stalled(ServerModel, ServerModelState.QUEUED, ServerModelState.DOWNLOADING)
     for row_id in ids:
         enqueue(row_id)
     return len(ids)
@@ -192,12 +182,7 @@ def claim(row_id: int) -> ServerModel | None:
     """queued → downloading, or a stalled download taken over; None when someone else has it."""
     fresh = {"started_at": timezone.now(), "bytes_per_s": 0, "error": ""}
     if not claims.claim(
-        ServerModel,
-        row_id,
-        ServerModelState.QUEUED,
-        ServerModelState.DOWNLOADING,
-        STALLED_AFTER,
-        **fresh,
+        ServerModel, row_id, ServerModelState.QUEUED, ServerModelState.DOWNLOADING, **fresh
     ):
         return None
     files_changed(row_id)
@@ -324,7 +309,7 @@ def run(row_id: int) -> None:
     row = claim(row_id)
     if row is None:
         return
-    access = access_for(row)
+    access = Access.of_team(row.team)
     try:
         plan = plan_for(row, access)
         record_plan(row_id, plan)

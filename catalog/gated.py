@@ -26,7 +26,7 @@ def require_access(team: Any, model: Model) -> None:
     """Return when the team may host `model`; raise GatedRefused saying what to do if not."""
     if not model.gated or GatedAccess.objects.filter(team=team, model=model).exists():
         return
-    access = hub.Access(token=team.hf_token(), team_name=team.name)
+    access = hub.Access.of_team(team)
     try:
         hub.read_json(model.repo_id, "main", "config.json", access)
     except hub.HubProblem as problem:

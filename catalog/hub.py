@@ -61,6 +61,13 @@ class Access:
     token: str = ""
     team_name: str = ""
 
+    @classmethod
+    def of_team(cls, team: Any) -> Access:
+        """The team's Hugging Face token (none without a team: public models only)."""
+        if team is None:
+            return cls()
+        return cls(token=team.hf_token(), team_name=team.name)
+
     def whose(self) -> str:
         return f"team {self.team_name}" if self.team_name else "your team"
 

@@ -59,10 +59,6 @@ def model_detail(request: HttpRequest, pk: int) -> HttpResponse:
     return render(request, "catalog/model_detail.html", context)
 
 
-def token_access(team: Any) -> Access:
-    return Access(token=team.hf_token() if team else "", team_name=team.name if team else "")
-
-
 def add_model(request: HttpRequest) -> HttpResponse:
     """Add a model by Hugging Face repository id (operators)."""
     require_operator_somewhere(request.user)
@@ -71,7 +67,7 @@ def add_model(request: HttpRequest) -> HttpResponse:
         data = form.cleaned_data
         try:
             model = adding.add_from_hub(
-                data["repo_id"], data["revision"], token_access(data["team"]), request.user
+                data["repo_id"], data["revision"], Access.of_team(data["team"]), request.user
             )
         except (HubProblem, adding.AddRefused) as problem:
             form.add_error(None, str(problem))

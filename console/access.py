@@ -39,17 +39,24 @@ def has_role(user: Any, team_id: int, needed: str) -> bool:
     return role is not None and ROLE_RANK[Role(role)] >= ROLE_RANK[Role(needed)]
 
 
+def operates_team(user: Any, team_id: int) -> bool:
+    """Whether the user may change the team's deployments: operator or admin there (platform
+    admins: every team). Not can_operate_somewhere, which is about any team at all."""
+    return has_role(user, team_id, NEEDS_OPERATE)
+
+
 def operated_teams(user: Any) -> QuerySet[Team]:
     """The teams the user may host in and download for: operator or admin there (platform
     admins: every team), by name."""
     if is_platform_admin(user):
         return Team.objects.order_by("name")
-    operated = [team_id for team_id in team_roles(user) if has_role(user, team_id, NEEDS_OPERATE)]
+    operated = [team_id for team_id in team_roles(user) if operates_team(user, team_id)]
     return Team.objects.filter(pk__in=operated).order_by("name")
 
 
 def can_operate_somewhere(user: Any) -> bool:
-    """Operators of any team may add models to the shared catalog and download them."""
+    """Operators of any team may add models to the shared catalog, download and host them (in
+    the teams they operate). Not operates_team, which is about one team."""
     if is_platform_admin(user):
         return True
     return any(

@@ -19,12 +19,6 @@ def is_api_path(path: str) -> bool:
     return path.startswith(API_PREFIXES)
 
 
-def bearer_token(request: HttpRequest) -> str | None:
-    header = request.headers.get("Authorization", "")
-    scheme, _, token = header.partition(" ")
-    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
-
-
 def api_error(status: int, message: str) -> JsonResponse:
     return JsonResponse({"error": {"message": message, "code": status}}, status=status)
 
@@ -39,7 +33,7 @@ class ApiKeyMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        token = bearer_token(request)
+        token = keys.bearer(request.headers.get("Authorization", ""))
         if token is not None and is_api_path(request.path):
             key = ApiKey.find(token)
             if key is None or not key.user.is_active:

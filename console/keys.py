@@ -29,6 +29,16 @@ MAY_CREATE = {
 # POSTs that only read: a read key may check a fit and estimate memory.
 READING_POSTS = ("/api/v1/fit-check", "/api/v1/estimate")
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+
+
+def bearer(authorization: str) -> str | None:
+    """The key in an Authorization header (`Bearer <key>`, the scheme in any case); None
+    when the header holds no bearer token. The console's API and the gateway both read it so."""
+    scheme, _, token = authorization.partition(" ")
+    token = token.strip()
+    return token if scheme.lower() == "bearer" and token else None
+
+
 # What the console's API and the gateway answer a key they cannot use (with 401).
 NOT_VALID = (
     "The API key is not valid: it was revoked, it expired, or it never existed. Create one "

@@ -138,12 +138,18 @@ def printable(value: Any, field: str, longest: int) -> str:
     return text
 
 
+def chat_name_taken(chat_name: str, deployment_name: str) -> bool:
+    """Whether the chat name is another deployment's own name (the gateway finds deployments by
+    name and by chat name), unless that deployment is offered under it too."""
+    clash = Deployment.objects.filter(name=chat_name).exclude(name=deployment_name)
+    return bool(chat_name) and clash.exclude(chat_name=chat_name).exists()
+
+
 def check_chat_name(chat_name: Any, deployment_name: str) -> str:
     chat_name = printable(chat_name, "chat_name", 100)
     if len(chat_name) > 100:
         raise ActionRefused("use at most 100 characters", "chat_name")
-    clash = Deployment.objects.filter(name=chat_name).exclude(name=deployment_name)
-    if chat_name and clash.exclude(chat_name=chat_name).exists():
+    if chat_name_taken(chat_name, deployment_name):
         raise ActionRefused(
             f"{chat_name} is the name of another deployment; pick another chat name", "chat_name"
         )

@@ -15,7 +15,7 @@ from catalog.models import Model, ServerModel, ServerModelState, Variant
 from clusters.models import Cluster
 from console.models import Team
 from deployments import actions, fit_words
-from deployments.engine.variants import hardware_of
+from deployments.engine.variant_advice import hardware_of
 from deployments.fit_words import size_choices, size_text
 from deployments.models import Deployment
 from deployments.placing import fit_check, for_cluster, placement_request
@@ -132,7 +132,7 @@ def proposed_name(model: Model | None) -> str:
 def proposed_chat_name(model: Model | None, name: str) -> str:
     """The model's own short name, as people would type it in the chat."""
     candidate = (model.repo_id.split("/")[-1].lower() if model else "") or name
-    if Deployment.objects.filter(name=candidate).exclude(chat_name=candidate).exists():
+    if actions.chat_name_taken(candidate, name):
         return name
     return candidate
 

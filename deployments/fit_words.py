@@ -13,7 +13,7 @@ from decimal import Decimal
 from typing import Any
 
 import placement
-from deployments.engine.variants import Hardware, hardware_of
+from deployments.engine.variant_advice import Hardware, hardware_of
 from deployments.models import Deployment, Reservation
 from deployments.placing import for_cluster, placement_request
 from deployments.snapshot import inventory_for, reservation_to_inventory

@@ -237,7 +237,7 @@ def prepare(copy_id: int) -> None:
 def missing_files(copy: Copy, missing: tuple[str, ...], message: str) -> None:
     words = message or f"Model files are missing on {copy.machine.name}: {', '.join(missing[:3])}"
     with transaction.atomic():
-        transitions.copy_if(
+        transitions.move_copy_if_in(
             copy.pk,
             {CopyState.COPYING_FILES},
             CopyState.FAILED,

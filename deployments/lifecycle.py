@@ -133,7 +133,7 @@ def place(deployment_id: int) -> None:
         pk=deployment_id, state=DeploymentState.REQUESTED
     ).first()
     if waiting_for_files is not None and files_on_this_server(waiting_for_files) is None:
-        transitions.note(deployment_id, download_progress(waiting_for_files))
+        transitions.set_last_message(deployment_id, download_progress(waiting_for_files))
         return
     with transaction.atomic():
         deployment = Deployment.objects.select_related("cluster", "model", "variant").get(
@@ -182,7 +182,7 @@ def fail_no_fit(deployment: Deployment, copies: list[Copy], reason: str) -> None
     holders = who_holds_the_room(deployment.cluster, deployment)
     message = reason + (f" Room is held by: {holders}." if holders else "")
     for copy in copies:
-        transitions.copy_if(
+        transitions.move_copy_if_in(
             copy.pk,
             COPY_WAITING,
             CopyState.FAILED,
@@ -235,13 +235,13 @@ def model_files_changed(server_model_id: int) -> None:
             )
     else:
         for deployment in waiting.filter(state=DeploymentState.REQUESTED):
-            transitions.note(deployment.pk, download_progress(deployment))
+            transitions.set_last_message(deployment.pk, download_progress(deployment))
 
 
 def start_over(deployment: Deployment, message: str, actor: object = None) -> None:
     """Failed copies are tried again and the deployment is placed from the start."""
     for copy in deployment.copies.filter(state=CopyState.FAILED):
-        transitions.copy_if(
+        transitions.move_copy_if_in(
             copy.pk, {CopyState.FAILED}, CopyState.REQUESTED, message=message, next_attempt_at=None
         )
     transitions.move_deployment(
@@ -256,7 +256,7 @@ def start_over(deployment: Deployment, message: str, actor: object = None) -> No
 def give_up_room(copy: Copy, expected: set[str], to: str, **fields: object) -> Copy | None:
     """Move a copy to a state that holds no room, releasing that room in the same commit."""
     with transaction.atomic():
-        moved = transitions.copy_if(copy.pk, expected, to, **fields)
+        moved = transitions.move_copy_if_in(copy.pk, expected, to, **fields)
         if moved is not None:
             release(copy)
     return moved
@@ -304,7 +304,7 @@ def retry_due(deployment_id: int) -> None:
         deployment_id=deployment_id, state=CopyState.FAILED, next_attempt_at__lte=timezone.now()
     )
     for copy in due:
-        transitions.copy_if(
+        transitions.move_copy_if_in(
             copy.pk,
             {CopyState.FAILED},
             CopyState.REQUESTED,
@@ -399,7 +399,7 @@ def refresh_state(deployment_id: int) -> None:
     state, message = desired_state(deployment)
     if state == deployment.state:
         if message != deployment.last_message:
-            transitions.note(deployment.pk, message)
+            transitions.set_last_message(deployment.pk, message)
         return
     # The last error stays on record (with its time) after the deployment recovers.
     transitions.move_deployment(deployment.pk, state, message=message)

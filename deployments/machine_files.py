@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
-from catalog import trust
+from catalog import hub, trust
 from catalog.models import ServerModel, ServerModelState
 from clusters.backends.base import BackendError, FilesResult, ModelFiles
 from clusters.models import Machine, present_gpu_count
@@ -32,10 +31,6 @@ from deployments.models import Copy, Deployment, MachineFiles
 from placement.words import plural
 
 PROGRESS_EVERY_S = 0.5
-# A copy of files saves its progress at least this often (the Kubernetes fill: every poll).
-ALIVE_WITHIN = timedelta(seconds=60)
-# A row copying without a progress save for this long lost its worker: it is queued again.
-STALLED_AFTER = timedelta(minutes=2)
 
 
 class SyncRefused(ValueError):
@@ -48,6 +43,7 @@ def model_files(server_copy: ServerModel, team: Team | None = None) -> ModelFile
     a gated model)."""
     variant = server_copy.variant
     kept_per_team = team is not None and trust.kept_per_team(variant.model, server_copy.revision)
+    access = hub.Access.of_team(team)
     return ModelFiles(
         repo_id=variant.repo_id,
         revision=server_copy.revision,
@@ -55,8 +51,8 @@ def model_files(server_copy: ServerModel, team: Team | None = None) -> ModelFile
         source_path=server_copy.path,
         size_bytes=server_copy.size_bytes or variant.size_bytes,
         files=tuple((str(name), int(size)) for name, size in server_copy.files or ()),
-        token_owner=team.name if team else "",
-        token=team.hf_token() if team else "",
+        token_owner=access.team_name,
+        token=access.token,
         cache_owner=team.name if team is not None and kept_per_team else "",
     )
 
@@ -111,9 +107,7 @@ def request_sync(deployment: Deployment) -> str:
 
 def queue(row: MachineFiles, team_id: int) -> bool:
     """Queue the row's copy unless one is under way; True when queued."""
-    busy = Q(state=MachineFilesState.COPYING, updated_at__gte=timezone.now() - STALLED_AFTER) | Q(
-        state=MachineFilesState.QUEUED
-    )
+    busy = claims.in_work(MachineFilesState.COPYING) | Q(state=MachineFilesState.QUEUED)
     taken = (
         MachineFiles.objects.filter(pk=row.pk)
         .exclude(busy)
@@ -136,18 +130,14 @@ def enqueue(row_id: int, team_id: int | None = None) -> None:
 
 def redispatch_stalled() -> int:
     """Queue again the syncs a dead worker left (for the reconciler to call)."""
-    ids = claims.requeue_stalled(
-        MachineFiles, MachineFilesState.QUEUED, MachineFilesState.COPYING, STALLED_AFTER
-    )
+    ids = claims.requeue_stalled(MachineFiles, MachineFilesState.QUEUED, MachineFilesState.COPYING)
     for row_id in ids:
         enqueue(row_id)
     return len(ids)
 
 
 def claim(row_id: int) -> MachineFiles | None:
-    if not claims.claim(
-        MachineFiles, row_id, MachineFilesState.QUEUED, MachineFilesState.COPYING, STALLED_AFTER
-    ):
+    if not claims.claim(MachineFiles, row_id, MachineFilesState.QUEUED, MachineFilesState.COPYING):
         return None
     return MachineFiles.objects.select_related("machine__cluster", "variant").get(pk=row_id)
 
@@ -185,7 +175,7 @@ def copy_for_launch(copy: Copy, server_copy: ServerModel) -> FilesResult | None:
     now = timezone.now()
     if not (
         MachineFiles.objects.filter(pk=row.pk)
-        .exclude(state=MachineFilesState.COPYING, updated_at__gte=now - ALIVE_WITHIN)
+        .exclude(claims.in_work(MachineFilesState.COPYING))
         .update(state=MachineFilesState.COPYING, updated_at=now)
     ):
         return None
@@ -212,10 +202,9 @@ def being_copied() -> Exists:
     """For a Copy queryset: its machine is receiving its model's files right now."""
     return Exists(
         MachineFiles.objects.filter(
+            claims.in_work(MachineFilesState.COPYING),
             machine=OuterRef("machine"),
             variant=OuterRef("deployment__variant"),
-            state=MachineFilesState.COPYING,
-            updated_at__gte=timezone.now() - ALIVE_WITHIN,
         )
     )
 

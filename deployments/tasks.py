@@ -66,6 +66,6 @@ def sweep_strays() -> int:
 def prune_logs() -> int:
     from django.conf import settings
 
-    from deployments import figures, logs
+    from deployments import engine_figures, logs
 
-    return logs.prune(settings.LOG_LINES_PER_COPY) + figures.prune()
+    return logs.prune(settings.LOG_LINES_PER_COPY) + engine_figures.prune()

@@ -145,7 +145,7 @@ def move_copy(
     return copy
 
 
-def note(deployment_id: int, message: str, **fields: Any) -> None:
+def set_last_message(deployment_id: int, message: str, **fields: Any) -> None:
     """Say in words what happened last, without a state change (and so without an Event)."""
     Deployment.objects.filter(pk=deployment_id).update(
         last_message=message, last_checked_at=timezone.now(), **fields
@@ -154,7 +154,7 @@ def note(deployment_id: int, message: str, **fields: Any) -> None:
     live.broadcast_on_commit("deployments", "deployment", deployment_id)
 
 
-def copy_if(
+def move_copy_if_in(
     copy_id: int, expected: frozenset[str] | set[str], to: str, **kwargs: Any
 ) -> Copy | None:
     """Move a copy only if it is still in one of the expected states (a compare-and-set claim).

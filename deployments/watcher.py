@@ -24,7 +24,7 @@ from psycopg.conninfo import make_conninfo
 from clusters.backends.base import ENGINE_GONE, MetricSample, Observation
 from clusters.models import Cluster
 from clusters.registry import backend_for
-from deployments import figures, lifecycle, logs, transitions
+from deployments import engine_figures, lifecycle, logs, transitions
 from deployments.choices import COPY_ENGINE_STARTED, CopyState, ErrorCode, LogLevel, LogStream
 from deployments.classify import Failure, classify
 from deployments.launching import handle_for
@@ -85,7 +85,7 @@ def failure_of(copy: Copy, seen: Observation) -> Failure:
 
 def became_ready(copy: Copy) -> None:
     machine = copy.machine.name if copy.machine_id else "its machine"
-    moved = transitions.copy_if(
+    moved = transitions.move_copy_if_in(
         copy.pk, {CopyState.STARTING}, CopyState.READY, message=f"Serves on {machine}."
     )
     if moved is None:
@@ -174,7 +174,7 @@ def scrape_once(cluster_id: int) -> None:
         handle = replace(handle_for(copy), api_key=copy.engine_api_key())
         by_deployment.setdefault(copy.deployment_id, []).append(backend.metrics(handle))
     for deployment_id, samples in by_deployment.items():
-        figures.record(deployment_id, samples)
+        engine_figures.record(deployment_id, samples)
 
 
 def database_dsn() -> str:

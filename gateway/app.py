@@ -20,9 +20,10 @@ from django.http import HttpRequest
 from django.http.cookie import parse_cookie
 
 from console.access import is_platform_admin
+from console.keys import bearer
 from gateway import conf, errors, service
 from gateway.errors import GatewayError
-from gateway.keys import Caller, bearer, caller_of
+from gateway.keys import Caller, caller_of
 from gateway.limits import TooMany
 from gateway.metrics import access_changes, limits_text
 from gateway.metrics import text as metrics_text

@@ -125,9 +125,3 @@ class KeyCache:
         self.access_changes_seen += 1
         for digest in [d for d, (_, c) in self.known.items() if c.user_id == user_id]:
             del self.known[digest]
-
-
-def bearer(authorization: str) -> str | None:
-    scheme, _, token = authorization.partition(" ")
-    token = token.strip()
-    return token if scheme.lower() == "bearer" and token else None

@@ -295,10 +295,7 @@ class LocalProcessBackend:
             return {}
 
     def _write_record(self, copy_id: int, record: Mapping[str, Any]) -> None:
-        path = self.record_path(copy_id)
-        temporary = path.with_name(path.name + ".tmp")
-        temporary.write_text(json.dumps(record, indent=2))
-        os.replace(temporary, path)
+        supervisor.write_atomically(self.record_path(copy_id), json.dumps(record, indent=2))
 
     def _marker(self, copy_id: int) -> str:
         return str(self.exit_path(copy_id))

@@ -48,6 +48,7 @@ from clusters.backends.local import (
     cuda_visible_devices,
     engine_environment,
 )
+from clusters.backends.supervisor import write_atomically
 from clusters.simulator.contract import ENGINE_MODULE, build_env, serve_argv
 from placement import GIB
 from placement.words import gib
@@ -240,9 +241,7 @@ class SimulatorBackend(LocalProcessBackend):
         seconds = self.copy_in_steps(files.size_bytes, progress)
         marker.parent.mkdir(parents=True, exist_ok=True)
         record = {"repo_id": files.repo_id, "revision": files.revision, "files": files.files}
-        temporary = marker.with_name(marker.name + ".tmp")
-        temporary.write_text(json.dumps(record))
-        temporary.replace(marker)
+        write_atomically(marker, json.dumps(record))
         copied = f"copied {gib(files.size_bytes)} to {entry['name']} in {seconds:.1f} s"
         return FilesResult(True, message=copied)
 

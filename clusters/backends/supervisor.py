@@ -30,6 +30,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -216,11 +217,17 @@ def read_exit_file(exit_path: Path) -> int | None:
         return None
 
 
+def write_atomically(path: Path, text: str) -> None:
+    """Write `text` to `path` so that a reader sees the old file or the whole new one, never
+    half of it: into a file of this writer's own beside it, then renamed over it. (Here, not in
+    a module of its own: the wrapper runs as a plain script and imports nothing of Berth.)"""
+    temporary = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    temporary.write_text(text)
+    os.replace(temporary, path)
+
+
 def write_exit_file(exit_path: Path, code: int) -> None:
-    """Write atomically: a reader sees no file or the whole number, never half of it."""
-    temporary = exit_path.with_name(exit_path.name + ".tmp")
-    temporary.write_text(f"{code}\n")
-    os.replace(temporary, exit_path)
+    write_atomically(exit_path, f"{code}\n")
 
 
 def exit_code(pid: int, exit_path: Path) -> int | None:

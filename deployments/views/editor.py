@@ -33,7 +33,7 @@ from deployments.engine import presets, reviewed, suggestions
 from deployments.engine.argv import LaunchFacts, cpu_threads, preview_argv
 from deployments.engine.context import EngineContext
 from deployments.engine.settings import CATALOG, EngineSettingsError, validate_settings
-from deployments.engine.variants import hardware_of
+from deployments.engine.variant_advice import hardware_of
 from deployments.engine.versions import FlagSpec, flag_list, version_for
 from deployments.engine.warnings import EngineWarning, warnings_for
 from deployments.forms import EngineSettingsForm

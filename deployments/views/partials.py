@@ -8,8 +8,9 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Count, Q, QuerySet
 
-from console.access import NEEDS_OPERATE, has_role
-from deployments import figures, machine_files
+from console.access import operates_team
+from deployments import engine_figures as figures_of_engines
+from deployments import machine_files
 from deployments.choices import CopyState
 from deployments.models import Deployment, Reservation
 
@@ -38,7 +39,7 @@ def health_and_copies(user: Any, deployment: Deployment) -> dict[str, Any]:
         "deployment": deployment,
         "copies": copies_with_placement(deployment),
         "copies_ready": deployment.copies.filter(state=CopyState.READY).count(),
-        "can_operate": has_role(user, deployment.team_id, NEEDS_OPERATE),
+        "can_operate": operates_team(user, deployment.team_id),
         "default_reply_wait": settings.GATEWAY_REPLY_WAIT_S,
     }
 
@@ -48,12 +49,12 @@ def files_on_machines(user: Any, deployment: Deployment) -> dict[str, Any]:
     return {
         "deployment": deployment,
         "files": machine_files.summary(deployment),
-        "can_operate": has_role(user, deployment.team_id, NEEDS_OPERATE),
+        "can_operate": operates_team(user, deployment.team_id),
     }
 
 
 def engine_figures(deployment_id: int) -> dict[str, Any]:
-    return {"figures": figures.summary(deployment_id), "every": settings.METRICS_EVERY_S}
+    return {"figures": figures_of_engines.summary(deployment_id), "every": settings.METRICS_EVERY_S}
 
 
 def list_rows(user: Any, deployments: QuerySet[Deployment]) -> list[Deployment]:
@@ -63,5 +64,5 @@ def list_rows(user: Any, deployments: QuerySet[Deployment]) -> list[Deployment]:
     )
     rows = list(counted.order_by("name"))
     for row in rows:
-        row.can_operate = has_role(user, row.team_id, NEEDS_OPERATE)
+        row.can_operate = operates_team(user, row.team_id)
     return rows

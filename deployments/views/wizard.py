@@ -40,7 +40,7 @@ from deployments.drafts import (
     ready_for_settings,
 )
 from deployments.engine import presets, suggestions
-from deployments.engine.variants import advise, hardware_of, pick
+from deployments.engine.variant_advice import advise, hardware_of, pick
 from deployments.fit_words import size_choices, size_text
 from deployments.forms import ReviewForm, WhereForm
 from deployments.views import editor

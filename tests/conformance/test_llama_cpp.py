@@ -13,7 +13,7 @@ import pytest
 
 from catalog.tiny_model import GGUF_FILE
 from clusters.registry import engine_programs
-from deployments import figures
+from deployments import engine_figures
 from deployments.choices import ErrorCode
 from tests.conformance.harness import KEY, REAL, SERVED, SIMULATED, Started, start
 from tests.real_engines import port_is_free
@@ -72,7 +72,7 @@ def test_without_the_key_it_refuses_with_401(serving):
 def test_metrics_with_the_key_become_berths_engine_figures(serving):
     chat(serving, SERVED)
     totals: dict[str, float] = {}
-    figures.add_copy(totals, serving.backend.metrics(serving.handle))
+    engine_figures.add_copy(totals, serving.backend.metrics(serving.handle))
     assert set(totals) == {
         "requests_running",
         "requests_waiting",

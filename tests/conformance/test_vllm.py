@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from clusters.registry import engine_programs
-from deployments import figures
+from deployments import engine_figures
 from deployments.choices import ErrorCode
 from tests import factories
 from tests.conformance.harness import KEY, REAL, SERVED, SIMULATED, Started, start
@@ -132,7 +132,7 @@ def test_chat_through_the_gateway_streams_and_reassembles_with_the_engines_finge
 @pytest.mark.parametrize("kind", KINDS)
 def test_metrics_become_berths_engine_figures(kind, serving):
     totals: dict[str, float] = {}
-    figures.add_copy(totals, serving[kind].backend.metrics(serving[kind].handle))
+    engine_figures.add_copy(totals, serving[kind].backend.metrics(serving[kind].handle))
     assert set(totals) == {
         "requests_running",
         "requests_waiting",

@@ -10,6 +10,7 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 
 from console.access import operated_teams
+from deployments import actions
 from deployments.models import Deployment
 from tests import factories
 
@@ -294,3 +295,20 @@ def test_chat_name_and_reply_wait_forms_refuse_bad_values_and_save_good_ones(
     as_bob.post(f"{url}/chat-name/", {"chat_name": "qwen"})
     saved = Deployment.objects.get(pk=red_deployment.pk)
     assert (saved.reply_wait_s, saved.chat_name) == (60, "qwen")
+
+
+def test_a_chat_name_that_is_another_deployments_name_is_refused_and_not_proposed(
+    as_bob, red, red_deployment
+):
+    other = factories.make_deployment("qwen3-8b", red)
+    url = f"/deployments/{red_deployment.pk}"
+    page = as_bob.post(f"{url}/chat-name/", {"chat_name": other.name}, follow=True)
+    assert "qwen3-8b is the name of another deployment; pick another chat name" in (
+        page.content.decode()
+    )
+    assert Deployment.objects.get(pk=red_deployment.pk).chat_name == ""
+    assert actions.chat_name_taken("qwen3-8b", "new-name")  # the wizard proposes another
+    assert not actions.chat_name_taken("qwen3-8b", "qwen3-8b")  # its own name
+    other.chat_name = other.name  # offered under its own name: others may share it in chat
+    other.save()
+    assert not actions.chat_name_taken("qwen3-8b", "new-name")

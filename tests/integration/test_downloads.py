@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from catalog import downloads, hub, tasks
 from catalog.models import ServerModel, Variant
+from console import claims
 from deployments import actions
 from deployments.choices import DeploymentState
 from deployments.guard import state_change_allowed
@@ -266,7 +267,7 @@ def test_a_task_delivered_twice_downloads_once(emulated_hub, models_dir, bob, re
 
 def test_a_download_its_worker_left_is_queued_again_once(models_dir, bob, red):
     row = downloads.request_download(variant_of("acme/left"), "", red, bob)
-    long_ago = timezone.now() - downloads.STALLED_AFTER - timedelta(seconds=1)
+    long_ago = timezone.now() - claims.STALLED_AFTER - timedelta(seconds=1)
     ServerModel.objects.filter(pk=row.pk).update(state="downloading", updated_at=long_ago)
     assert downloads.redispatch_stalled() == 1
     assert ServerModel.objects.get(pk=row.pk).state == "queued"

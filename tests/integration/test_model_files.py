@@ -14,6 +14,7 @@ from catalog.models import Model, ServerModel
 from clusters.backends.simulator import discover_inventory
 from clusters.inventory import apply_discovery
 from clusters.models import Cluster
+from console import claims
 from deployments import actions, machine_files
 from deployments.choices import DeploymentState
 from deployments.models import Deployment, Event, MachineFiles
@@ -242,7 +243,7 @@ def test_a_sync_its_worker_left_behind_is_queued_again_once(red):
     deployment = factories.make_deployment("left-behind", red)
     kept = kept_on_this_server(deployment.variant)
     row = machine_files.row_for(deployment.cluster.machines.get(), kept)
-    long_ago = timezone.now() - machine_files.STALLED_AFTER - timedelta(seconds=5)
+    long_ago = timezone.now() - claims.STALLED_AFTER - timedelta(seconds=5)
     MachineFiles.objects.filter(pk=row.pk).update(state="copying", updated_at=long_ago)
     assert machine_files.redispatch_stalled() == 1
     assert MachineFiles.objects.get(pk=row.pk).state == "queued"
@@ -276,7 +277,7 @@ def test_a_copy_whose_files_are_arriving_waits_for_them_and_is_not_sent_twice(re
     waiting = Copy.objects.filter(state=CopyState.COPYING_FILES)
     # ... and the reconciler does not count the copy as abandoned while the bytes arrive.
     assert not waiting.exclude(machine_files.being_copied()).exists()
-    quiet = timezone.now() - machine_files.ALIVE_WITHIN - timedelta(seconds=1)
+    quiet = timezone.now() - claims.STALLED_AFTER - timedelta(seconds=1)
     MachineFiles.objects.filter(pk=row.pk).update(updated_at=quiet)
     assert waiting.exclude(machine_files.being_copied()).get() == copy  # that worker died
 
