@@ -36,10 +36,15 @@ run: venv
 stop:
 	-$(PY) -m console.services stop
 
+# Templates: djlint's layout (settings in pyproject.toml), its django lint rules, and no line over 200.
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/djlint templates --check
+	$(VENV)/bin/djlint templates --lint
+	@awk 'length > 200 { print FILENAME ":" FNR ": " length " characters, at most 200"; long = 1 } END { exit long }' \
+		$$(find templates -name '*.html')
 
 check: venv
 	$(WITH_SERVICES) $(PY) manage.py check
