@@ -170,10 +170,6 @@ class ServerModel(models.Model):
         return percent_of(self.progress_bytes, self.size_bytes)
 
     @property
-    def badge(self) -> str:  # until the templates say `s.state|badge` (another branch)
-        return self.state.colour
-
-    @property
     def in_progress(self) -> bool:
         return self.state in SERVER_MODEL_IN_PROGRESS
 

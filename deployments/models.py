@@ -308,9 +308,5 @@ class MachineFiles(models.Model):
         return percent_of(self.progress_bytes, self.size_bytes)
 
     @property
-    def badge(self) -> str:  # until the templates say `f.state|badge` (another branch)
-        return self.state.colour
-
-    @property
     def in_progress(self) -> bool:
         return self.state in MACHINE_FILES_IN_PROGRESS

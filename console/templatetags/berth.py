@@ -38,10 +38,6 @@ def badge(state: object) -> str:
     return Badge.GREY  # not a state of any vocabulary (e.g. none yet)
 
 
-# Until the templates say `|badge` (they are being reformatted on another branch).
-register.filter("badge_colour", badge)
-
-
 @register.filter
 def billions(value: int | None) -> str:
     return words.billions(value)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from django.template import Context, Template
+from django.template.loader import render_to_string
 
 from catalog.models import ServerModel, ServerModelState
 from clusters.models import Cluster, ClusterState
@@ -32,6 +33,14 @@ def test_every_state_has_a_colour_the_stylesheet_defines(state):
 def test_the_badge_filter_renders_each_state_in_its_colour(state):
     page = Template("{% load berth %}{{ state|badge }}").render(Context({"state": state}))
     assert page == state.colour
+
+
+@pytest.mark.parametrize("state", STATES, ids=lambda state: f"{type(state).__name__}.{state.name}")
+def test_the_badge_partial_shows_each_state_with_its_colour_and_label(state):
+    page = render_to_string("partials/badge.html", {"state": state, "label": state.label})
+    assert page.strip() == (
+        f'<span class="badge badge-{state.colour}" data-state="{state.value}">{state.label}</span>'
+    )
 
 
 def test_text_that_is_no_state_gets_the_grey_badge():
