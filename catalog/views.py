@@ -42,7 +42,7 @@ def marketplace(request: HttpRequest) -> HttpResponse:
         "filtering": bool(filters.valid()),
         "query": request.GET.get("q", ""),
         "on_server": ready_model_ids(),
-        "can_operate": can_operate_somewhere(request.user),
+        "operates_somewhere": can_operate_somewhere(request.user),
     }
     return render(request, "catalog/marketplace.html", context)
 
@@ -154,7 +154,7 @@ def permissions_of(user: Any) -> dict[str, bool]:
     """Which buttons a row of On this server shows the user (pages and live updates alike);
     where the files lie on this server is for platform admins only."""
     admin = is_platform_admin(user)
-    return {"can_operate": can_operate_somewhere(user), "can_delete": admin, "sees_paths": admin}
+    return {"operates_somewhere": can_operate_somewhere(user), "can_delete": admin, "sees_paths": admin}
 
 
 def server_model_row(request: HttpRequest, pk: int) -> HttpResponse:

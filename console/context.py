@@ -22,5 +22,5 @@ def navigation(request: HttpRequest) -> dict[str, Any]:
     return {
         "navigation": NAVIGATION,
         "is_platform_admin": is_platform_admin(user),
-        "can_operate": can_operate_somewhere(user) if user.is_authenticated else False,
+        "operates_somewhere": can_operate_somewhere(user) if user.is_authenticated else False,
     }

@@ -39,7 +39,7 @@ def health_and_copies(user: Any, deployment: Deployment) -> dict[str, Any]:
         "deployment": deployment,
         "copies": copies_with_placement(deployment),
         "copies_ready": deployment.copies.filter(state=CopyState.READY).count(),
-        "can_operate": operates_team(user, deployment.team_id),
+        "operates_team": operates_team(user, deployment.team_id),
         "default_reply_wait": settings.GATEWAY_REPLY_WAIT_S,
     }
 
@@ -49,7 +49,7 @@ def files_on_machines(user: Any, deployment: Deployment) -> dict[str, Any]:
     return {
         "deployment": deployment,
         "files": machine_files.summary(deployment),
-        "can_operate": operates_team(user, deployment.team_id),
+        "operates_team": operates_team(user, deployment.team_id),
     }
 
 
@@ -64,5 +64,5 @@ def list_rows(user: Any, deployments: QuerySet[Deployment]) -> list[Deployment]:
     )
     rows = list(counted.order_by("name"))
     for row in rows:
-        row.can_operate = operates_team(user, row.team_id)
+        row.operates_team = operates_team(user, row.team_id)
     return rows

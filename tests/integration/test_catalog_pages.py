@@ -383,7 +383,7 @@ def test_a_running_download_is_followed_live_and_polled_only_as_a_fallback(as_ca
     assert "every 2s" not in page  # pushed over the socket; polled only while it is down
     partial = text(as_carol.get(f"/models/on-this-server/{row.pk}/row/"))
     assert partial.lstrip().startswith(f'<tr id="server-model-{row.pk}"')
-    assert "25 % · 1.00 GiB of 4.00 GiB · 16.0 MiB/s" in partial
+    assert "25% · 1.00 GiB of 4.00 GiB · 16.0 MiB/s" in partial
     ServerModel.objects.filter(pk=row.pk).update(state="ready", progress_bytes=4 * 2**30)
     finished = text(as_carol.get(f"/models/on-this-server/{row.pk}/row/"))
     assert "data-poll-url" not in finished and "Ready" in finished

@@ -97,11 +97,11 @@ def test_a_viewer_sees_the_settings_but_cannot_open_the_editor(as_carol, carol, 
     assert as_carol.post(editor_url(tiny), {**ADVANCED_FORM, "action": "save"}).status_code == 403
     assert as_carol.get(f"/deployments/{tiny.pk}/scale/dialog/").status_code == 403
     summary = render_to_string(
-        "deployments/editor/_summary.html", {"deployment": tiny, "can_operate": False}
+        "deployments/editor/_summary.html", {"deployment": tiny, "operates_team": False}
     )
     assert "max_model_len" in summary and "4096" in summary and "Change" not in summary
     operator = render_to_string(
-        "deployments/editor/_summary.html", {"deployment": tiny, "can_operate": True}
+        "deployments/editor/_summary.html", {"deployment": tiny, "operates_team": True}
     )
     assert f'href="/deployments/{tiny.pk}/settings/"' in operator
 

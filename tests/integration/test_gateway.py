@@ -734,10 +734,10 @@ def test_the_chat_streams_replies_under_the_session_with_csrf_and_no_api_key(
 # ---------------------------------------------------------------- the deployment page's partials
 
 
-def render_partial(name: str, deployment: Deployment, can_operate: bool = True) -> str:
+def render_partial(name: str, deployment: Deployment, operates_team: bool = True) -> str:
     request = RequestFactory().get(f"/deployments/{deployment.pk}/")
     request.user = deployment.created_by or AnonymousUser()
-    context = {"deployment": deployment, "request": request, "can_operate": can_operate}
+    context = {"deployment": deployment, "request": request, "operates_team": operates_team}
     return render_to_string(f"deployments/{name}.html", context, request=request)
 
 
@@ -807,7 +807,7 @@ def test_the_figures_partial_shows_the_last_minutes_and_advises_room_when_replie
         "memory per copy."
     ) in " ".join(advised.split())
     assert f'<a href="/deployments/{deployment.pk}/scale/dialog/">Scale</a>' in advised
-    viewer = render_partial("_gateway_figures", deployment, can_operate=False)
+    viewer = render_partial("_gateway_figures", deployment, operates_team=False)
     assert "An operator of its team can scale it." in viewer and "/scale/" not in viewer
 
 

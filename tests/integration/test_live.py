@@ -192,12 +192,12 @@ async def test_download_progress_is_pushed_to_on_this_server_and_the_model_page(
     assert (
         row_html.startswith(f'<tr id="server-model-{row.pk}"') and 'hx-swap-oob="true"' in row_html
     )
-    assert "25 % · 1.00 GiB of 4.00 GiB · 16.0 MiB/s" in row_html
+    assert "25% · 1.00 GiB of 4.00 GiB · 16.0 MiB/s" in row_html
     assert "Delete files" not in row_html  # a viewer's row has no buttons
     cell = await model_page.receive_from(5)
-    assert cell.startswith(f'<td id="variant-files-{row.variant_id}"') and "25 %" in cell
+    assert cell.startswith(f'<td id="variant-files-{row.variant_id}"') and "25%" in cell
     for_admin = await as_admin.receive_from(5)
-    assert "25 %" in for_admin
+    assert "25%" in for_admin
     for socket in (on_this_server, model_page, as_admin):
         await socket.disconnect()
 
