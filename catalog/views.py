@@ -154,7 +154,11 @@ def permissions_of(user: Any) -> dict[str, bool]:
     """Which buttons a row of On this server shows the user (pages and live updates alike);
     where the files lie on this server is for platform admins only."""
     admin = is_platform_admin(user)
-    return {"operates_somewhere": can_operate_somewhere(user), "can_delete": admin, "sees_paths": admin}
+    return {
+        "operates_somewhere": can_operate_somewhere(user),
+        "can_delete": admin,
+        "sees_paths": admin,
+    }
 
 
 def server_model_row(request: HttpRequest, pk: int) -> HttpResponse:
