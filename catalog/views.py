@@ -27,6 +27,9 @@ from console.access import (
 )
 from deployments import actions, guidance
 
+# The headings of the list's table (templates/partials/list_table.html).
+SERVER_MODEL_COLUMNS = ("Model", "Variant", "Revision", "Size on disk", "Files", "State", "")
+
 
 def ready_model_ids() -> set[int]:
     ready = ServerModel.objects.filter(state=ServerModelState.READY)
@@ -142,7 +145,7 @@ def ask_code_trust(request: HttpRequest, pk: int) -> HttpResponse:
 
 def server_models(request: HttpRequest) -> HttpResponse:
     kept = ServerModel.objects.select_related("variant__model", "team")
-    context = {"server_models": kept, **row_permissions(request)}
+    context = {"server_models": kept, "columns": SERVER_MODEL_COLUMNS, **row_permissions(request)}
     return render(request, "catalog/server_models.html", context)
 
 
@@ -164,7 +167,7 @@ def permissions_of(user: Any) -> dict[str, bool]:
 def server_model_row(request: HttpRequest, pk: int) -> HttpResponse:
     """One row of On this server: what a page polls while its live socket is down."""
     row = get_object_or_404(ServerModel.objects.select_related("variant__model", "team"), pk=pk)
-    context = {"s": row, **row_permissions(request)}
+    context = {"row": row, **row_permissions(request)}
     return render(request, "catalog/_server_model_row.html", context)
 
 

@@ -34,12 +34,17 @@ NOTICE_WORDS = {
 }
 
 
+# The headings of the list's table (templates/partials/list_table.html).
+CLUSTER_COLUMNS = ("Name", "Kind", "State", "Machines", "GPUs", "Sharing")
+
+
 def cluster_list(request: HttpRequest) -> HttpResponse:
     clusters = Cluster.objects.annotate(
         machine_count=Count("machines", distinct=True),
         gpu_count=present_gpu_count("machines__accelerators"),
     )
-    return render(request, "clusters/list.html", {"clusters": clusters})
+    context = {"clusters": clusters, "columns": CLUSTER_COLUMNS}
+    return render(request, "clusters/list.html", context)
 
 
 def holders_by_accelerator(cluster: Cluster, user: Any) -> dict[int, list[Reservation]]:

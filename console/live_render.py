@@ -41,7 +41,7 @@ def deployment_row(user: Any, deployment_id: int, csrf_token: str) -> str:
     rows = partials.list_rows(user, visible_deployments(user).filter(pk=deployment_id))
     if not rows:
         return ""
-    context = {"d": rows[0], **out_of_band(csrf_token)}
+    context = {"row": rows[0], **out_of_band(csrf_token)}
     return render_to_string("deployments/_row.html", context)
 
 
@@ -80,7 +80,7 @@ def server_model_row(user: Any, server_model_id: int, csrf_token: str) -> str:
     row = ServerModel.objects.select_related("variant__model", "team").filter(pk=server_model_id)
     if not row:
         return ""
-    context = {"s": row[0], "oob": True, "csrf_token": csrf_token, **permissions_of(user)}
+    context = {"row": row[0], "oob": True, "csrf_token": csrf_token, **permissions_of(user)}
     return render_to_string("catalog/_server_model_row.html", context)
 
 

@@ -19,10 +19,24 @@ from deployments.forms import DeploymentFilter
 from deployments.models import Deployment
 from deployments.views import partials
 
+# The headings of the list's table (templates/partials/list_table.html).
+DEPLOYMENT_COLUMNS = (
+    "Name",
+    "State",
+    "Copies ready / wanted",
+    "Model",
+    "Cluster",
+    "Team",
+    "In chat",
+    "Last message",
+    "",  # the row's actions
+)
+
 
 def deployment_list(request: HttpRequest) -> HttpResponse:
     visible = visible_deployments(request.user)
     context = {
+        "columns": DEPLOYMENT_COLUMNS,
         "deployments": partials.list_rows(
             request.user, DeploymentFilter(request.GET).apply(visible)
         ),
