@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
 
 import pytest
@@ -48,7 +49,8 @@ def test_the_cluster_list_counts_the_gpus_discovery_still_reports_as_the_api_doe
     before = counted.get(pk=demo.pk).gpus
     Accelerator.objects.filter(machine__name="h100-1", index=3).update(present=False)
     row = f"<td>{before - 1}</td><td>{demo.get_sharing_strategy_display()}</td>"
-    assert row in as_carol.get("/clusters/").content.decode()
+    page = as_carol.get("/clusters/").content.decode()
+    assert row in re.sub(r">\s+<", "><", page)  # the cells as a row reads, whatever the layout
     assert Accelerator.objects.present_gpus().filter(machine__cluster=demo).count() == before - 1
 
 

@@ -288,7 +288,7 @@ def test_a_mig_slice_gives_the_engine_only_the_slices_memory(backend: SimulatorB
 def test_a_second_copy_on_a_shared_gpu_waits_for_room(backend: SimulatorBackend) -> None:
     first = backend.launch(copy_spec(13, "l4-shared", memory_share=0.5, reserved_bytes=11 * GIB))
     second = copy_spec(14, "l4-shared", memory_share=0.6, reserved_bytes=13 * GIB)
-    with pytest.raises(WaitForRoom, match=r"11\.2 GiB free on GPU 0, the copy needs 13\.0 GiB"):
+    with pytest.raises(WaitForRoom, match=r"11\.25 GiB free on GPU 0, the copy needs 13\.00 GiB"):
         backend.launch(second)
     other_gpu = backend.launch(copy_spec(15, "l4-shared", gpu_indexes=(1,), memory_share=0.5))
     backend.stop(first)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from django.core.management import call_command
+from django.db import transaction
 from django.utils import timezone
 
 from clusters.backends import supervisor
@@ -48,7 +49,11 @@ def test_an_engine_whose_copy_was_deleted_is_stopped_and_said(tmp_path, catalog,
         # While its copy owns it, sweep after sweep leaves it alone.
         wait_for(lambda: timezone.now() - copy.started_at > timedelta(seconds=GRACE_S + 2))
         assert alive(copy.process_id)
-        Deployment.objects.filter(pk=ghost.pk).delete()  # behind Berth's back: no stop asked
+        with transaction.atomic():  # behind Berth's back: no stop asked
+            # The row first, as Berth's own writers lock it (log lines, figures): deleting its
+            # lines before the row would take the locks in the other order and may deadlock.
+            Deployment.objects.select_for_update().get(pk=ghost.pk)
+            Deployment.objects.filter(pk=ghost.pk).delete()
         assert alive(copy.process_id)
         wait_for(lambda: not alive(copy.process_id), 30, what="the stray engine stopped")
         said = wait_for(
