@@ -223,6 +223,10 @@ def host(actor: Any, request: HostRequest) -> Deployment:
                 f"Host {values['copies_wanted']} × {values['accelerators_per_copy']} "
                 f"on {request.cluster.name}",
             )
+            never = lifecycle.never_fits(deployment)
+            if never:
+                lifecycle.fail_at_once(deployment, never)  # nothing fetched, no copy made
+                return Deployment.objects.get(pk=deployment.pk)
             if lifecycle.files_on_this_server(deployment) is None:
                 fetch_files(deployment, actor)
             lifecycle.enqueue("place_deployment", deployment.pk)

@@ -26,7 +26,7 @@ from clusters.models import Accelerator, Cluster
 from console.access import NEEDS_OPERATE, operated_teams, team_roles
 from console.api_schema import ERRORS, InvalidForModel, StrictSchema, Text
 from console.models import Team
-from deployments import actions, machine_files
+from deployments import actions, choosing, machine_files
 from deployments.access import get_deployment, visible_deployments
 from deployments.actions import ActionRefused, HostRequest
 from deployments.choices import CopyState
@@ -55,13 +55,25 @@ Size = Annotated[
 
 class HostIn(StrictSchema):
     model: Text = Field(max_length=200, description="the model's repository id, e.g. Qwen/Qwen3-8B")
-    variant: Text = Field(max_length=40, description="a variant of the model, e.g. bf16")
-    cluster: Text = Field(max_length=63, description="the cluster's name")
+    variant: Text | None = Field(
+        None,
+        max_length=40,
+        description="a variant of the model, e.g. bf16; left out: the one that runs and fits "
+        "there, one already on this server first",
+    )
+    cluster: Text | None = Field(
+        None,
+        max_length=63,
+        description="the cluster's name; left out: the first, by name, where a copy fits now",
+    )
     team: Text | None = Field(
         None, max_length=63, description="optional when you are an operator of exactly one team"
     )
-    name: Text = Field(
-        max_length=200, description="lowercase letters, digits and dashes, e.g. qwen3-8b"
+    name: Text | None = Field(
+        None,
+        max_length=200,
+        description="lowercase letters, digits and dashes, e.g. qwen3-8b; left out: a unique "
+        "name from the repository id",
     )
     copies: int = Field(1, description="how many copies run, 0 to 1000")
     accelerators_per_copy: Size = Field(1, description=SIZE_HELP)
@@ -111,9 +123,20 @@ class EstimateIn(StrictSchema):
 # --- output types --------------------------------------------------------------------------
 
 
+class ChoiceOut(Schema):
+    value: str = Field(description="what Berth chose for a field the request left out")
+    why: str
+
+
 class AcceptedOut(Schema):
     id: int
     state: str | None = Field(description="the state now; null once the deployment is removed")
+
+
+class HostedOut(AcceptedOut):
+    chosen: dict[str, ChoiceOut] = Field(
+        default_factory=dict, description="variant, cluster and name Berth chose, and why"
+    )
 
 
 class CopyOut(Schema):
@@ -388,17 +411,22 @@ def show_deployment(request: HttpRequest, id: int) -> dict[str, Any]:
     return shown(request.user, id)
 
 
-@router.post("/deployments", response={202: AcceptedOut, **ERRORS})
+@router.post("/deployments", response={202: HostedOut, **ERRORS})
 def host(request: HttpRequest, payload: HostIn) -> Status[dict[str, Any]]:
     """Host a model: recorded at once (REQUESTED); placing and starting go on in the background."""
     team = hosting_team(request.user, payload.team)
     model = find_model(payload.model)
+    chosen: dict[str, dict[str, str]] = {}
+    cluster = chosen_cluster(payload, model, chosen)
+    name = payload.name
+    if name is None:
+        name = said(chosen, "name", choosing.name_for(model)).value
     asked = HostRequest(
         team=team,
         model=model,
-        variant=find_variant(model, payload.variant),
-        cluster=find_cluster(payload.cluster),
-        name=payload.name,
+        variant=chosen_variant(payload, model, cluster, chosen),
+        cluster=cluster,
+        name=name,
         copies=payload.copies,
         accelerators_per_copy=payload.accelerators_per_copy,
         engine_settings=payload.engine_settings,
@@ -407,7 +435,39 @@ def host(request: HttpRequest, payload: HostIn) -> Status[dict[str, Any]]:
         revision=payload.revision,
     )
     deployment = actions.host(request.user, asked)
-    return Status(202, {"id": deployment.pk, "state": deployment.state})
+    return Status(202, {"id": deployment.pk, "state": deployment.state, "chosen": chosen})
+
+
+def said(chosen: dict[str, dict[str, str]], field: str, choice: choosing.Choice) -> Any:
+    """Record what Berth chose for a field left out, for the answer; gives the choice back."""
+    chosen[field] = {"value": str(getattr(choice.value, "name", choice.value)), "why": choice.why}
+    return choice
+
+
+def chosen_cluster(payload: HostIn, model: Model, chosen: dict[str, dict[str, str]]) -> Cluster:
+    if payload.cluster is not None:
+        return find_cluster(payload.cluster)
+    if payload.variant is not None:
+        find_variant(model, payload.variant)  # an unknown variant is named before any search
+    asked = {"settings": payload.engine_settings, "size": payload.accelerators_per_copy}
+    choice = choosing.cluster_for(model, payload.variant, asked)
+    if choice.value is None:
+        raise ActionRefused(
+            f"no cluster has room for a copy of {model.repo_id} now ({choice.why}); name one",
+            "cluster",
+        )
+    return said(chosen, "cluster", choice).value
+
+
+def chosen_variant(
+    payload: HostIn, model: Model, cluster: Cluster, chosen: dict[str, dict[str, str]]
+) -> Variant:
+    if payload.variant is not None:
+        return find_variant(model, payload.variant)
+    choice = choosing.variant_for(model, cluster)
+    if choice.value is None:
+        raise ActionRefused(f"{choice.why} Name a variant of {model.repo_id}", "variant")
+    return said(chosen, "variant", choice).value
 
 
 def operate(request: HttpRequest, pk: int, act: Callable[[Deployment], Any]) -> dict[str, Any]:

@@ -4,7 +4,6 @@ the choice, and the host request it becomes. The wizard's pages keep drafts in t
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -14,10 +13,9 @@ from django.db.models import Q
 from catalog.models import Model, ServerModel, ServerModelState, Variant
 from clusters.models import Cluster
 from console.models import Team
-from deployments import actions, fit_words
+from deployments import actions, choosing, fit_words
 from deployments.engine.variant_advice import hardware_of
 from deployments.fit_words import size_choices, size_text
-from deployments.models import Deployment
 from deployments.placing import fit_check, for_cluster, placement_request
 from deployments.snapshot import inventory_for
 
@@ -120,13 +118,7 @@ def ready_for_settings(draft: Draft) -> bool:
 
 
 def proposed_name(model: Model | None) -> str:
-    """A deployment name from the model's: lowercase, digits and dashes, unique here."""
-    base = re.sub(r"[^a-z0-9]+", "-", (model.repo_id.split("/")[-1] if model else "").lower())
-    base = base.strip("-")[:50] or "model"
-    name, counter = base, 2
-    while Deployment.objects.filter(name=name).exists():
-        name, counter = f"{base}-{counter}", counter + 1
-    return name
+    return str(choosing.name_for(model).value)
 
 
 def proposed_chat_name(model: Model | None, name: str) -> str:

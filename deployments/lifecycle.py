@@ -30,7 +30,7 @@ from deployments.choices import (
 )
 from deployments.classify import Failure
 from deployments.models import Copy, Deployment, Reservation
-from deployments.placing import release, reserve
+from deployments.placing import fit_check, release, request_for, reserve
 from placement import GIB
 from placement.words import gib, percent, plural
 
@@ -195,6 +195,31 @@ def fail_no_fit(deployment: Deployment, copies: list[Copy], reason: str) -> None
         message=f"Does not fit: {message}",
         last_error_code=ErrorCode.NO_FIT,
         last_error_message=message,
+        last_error_at=timezone.now(),
+    )
+
+
+def never_fits(deployment: Deployment) -> str:
+    """Why not one copy could fit even on the empty cluster ("" when one could). Host fails at
+    once then, before a file is fetched or a copy made (DESIGN §4: placement fails fast)."""
+    if not deployment.copies_wanted:
+        return ""
+    try:
+        result = fit_check(deployment.cluster, request_for(deployment, 1))
+    except ValueError as error:  # facts placement refuses, e.g. heads not divisible
+        return str(error)
+    if result.fit_empty:
+        return ""
+    return result.not_placed[0].message if result.not_placed else "No copy fits this cluster."
+
+
+def fail_at_once(deployment: Deployment, reason: str) -> None:
+    transitions.move_deployment(
+        deployment.pk,
+        DeploymentState.FAILED,
+        message=f"Does not fit, even on the empty cluster: {reason}",
+        last_error_code=ErrorCode.NO_FIT,
+        last_error_message=reason,
         last_error_at=timezone.now(),
     )
 

@@ -26,7 +26,7 @@ from django.views.decorators.http import require_POST
 from catalog.models import Model
 from clusters.models import Cluster
 from console.access import operated_teams, require_operator_somewhere
-from deployments import actions
+from deployments import actions, choosing
 from deployments.drafts import (
     STEP_TITLES,
     Draft,
@@ -40,7 +40,7 @@ from deployments.drafts import (
     ready_for_settings,
 )
 from deployments.engine import presets, suggestions
-from deployments.engine.variant_advice import advise, hardware_of, pick
+from deployments.engine.variant_advice import advise, hardware_of
 from deployments.fit_words import size_choices, size_text
 from deployments.forms import ReviewForm, WhereForm
 from deployments.views import editor
@@ -171,9 +171,8 @@ def prepare_where(draft: Draft, mode: str) -> None:
         draft.cluster_id = first.pk if first else None
     model, cluster = draft.model, draft.cluster
     if model and cluster and (mode == "novice" or not draft.variant_chosen or not draft.variant):
-        draft.variant_id = (
-            pick(model, hardware_of(cluster))[0].pk if model.variants.exists() else None
-        )
+        chosen = choosing.variant_for(model, cluster).value
+        draft.variant_id = chosen.pk if chosen else None
     if model and not draft.settings_touched and draft.variant:
         draft.settings = initial_settings(draft)
     if not draft.size:
@@ -292,8 +291,8 @@ def where_page(
 def variant_words(draft: Draft) -> dict[str, Any]:
     """The VRAM guidance per variant, and why novice mode picks the one it picks."""
     model, cluster = draft.model, draft.cluster
-    picked = pick(model, hardware_of(cluster)) if model and cluster else (None, "")
-    return {"guidance": variant_guidance(draft), "picked_why": picked[1]}
+    why = choosing.variant_for(model, cluster).why if model and cluster else ""
+    return {"guidance": variant_guidance(draft), "picked_why": why}
 
 
 @require_POST

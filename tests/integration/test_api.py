@@ -141,7 +141,7 @@ def test_an_operator_hosts_a_model_and_gets_the_id_and_the_state(demo, bob):
     response = Caller(bob).post("/deployments", host_body())
     assert response.status_code == 202, response.content
     deployment = Deployment.objects.get()
-    assert response.json() == {"id": deployment.pk, "state": "REQUESTED"}
+    assert response.json() == {"id": deployment.pk, "state": "REQUESTED", "chosen": {}}
     assert (deployment.team.name, deployment.created_by) == ("red", bob)
     assert (deployment.copies_wanted, deployment.accelerators_per_copy) == (2, Decimal("0.5"))
     assert deployment.engine_settings == {"max_model_len": 8192}
@@ -381,10 +381,10 @@ def test_bad_input_is_refused_naming_the_field_and_nothing_is_created(
 
 def test_a_missing_field_and_a_body_that_is_not_json_are_refused(demo, bob):
     body = host_body()
-    del body["name"]
+    del body["model"]  # variant, cluster and name may be left out: Berth chooses them
     missing = Caller(bob).post("/deployments", body)
     assert missing.status_code == 422
-    assert missing.json() == {"detail": "name: Field required", "field": "name"}
+    assert missing.json() == {"detail": "model: Field required", "field": "model"}
     broken = Caller(bob).post_raw("/deployments", '{"model": "Qwen/Qwen3-8B",')
     assert broken.status_code == 400
     assert broken.json()["detail"].startswith("body: is not valid JSON")

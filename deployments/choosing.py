@@ -1,0 +1,106 @@
+"""What Berth chooses when an operator leaves it open: the variant, the cluster and the name.
+
+The one home of these defaults, for the wizard's novice mode and the API (and the SDK on it);
+each choice says why, in words the page and the API's answer show. A variant already on this
+server wins over one that would need a download, among those that run on the cluster and fit.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from catalog.models import Model, ServerModel, ServerModelState, Variant
+from clusters.models import Cluster
+from deployments.engine.variant_advice import Advice, advise, hardware_of, pick
+from deployments.models import Deployment
+from deployments.placing import fit_check, placement_request
+from placement.words import gib
+
+
+@dataclass(frozen=True)
+class Choice:
+    value: Any
+    why: str
+
+
+def on_this_server(model: Model) -> set[int]:
+    """The model's variants whose files this server keeps, ready."""
+    ready = ServerModel.objects.filter(variant__model=model, state=ServerModelState.READY)
+    return set(ready.values_list("variant_id", flat=True))
+
+
+def fits_one_copy(advice: Advice) -> bool:
+    return advice.runs and advice.accelerators is not None
+
+
+def variant_for(model: Model, cluster: Cluster) -> Choice:
+    """The variant novice mode hosts on the cluster: the best that runs there, or one that also
+    runs and fits but is already on this server (nothing to download)."""
+    hardware = hardware_of(cluster)
+    picked, why = pick(model, hardware)
+    if picked is None:
+        return Choice(None, why)
+    kept = on_this_server(model)
+    if picked.pk in kept:
+        return Choice(picked, f"{picked.name}: on this server. {why}")
+    ready = [advise(model, v, hardware) for v in model.variants.all() if v.pk in kept]
+    fitting = [a for a in ready if fits_one_copy(a)]
+    if fitting:
+        chosen = min(fitting, key=lambda a: (a.accelerators or 0, a.needs_bytes)).variant
+        download = gib(picked.size_bytes)
+        return Choice(
+            chosen,
+            f"{chosen.name}: on this server; {picked.name} would need a {download} download.",
+        )
+    return Choice(picked, f"{why} It is not on this server yet: {gib(picked.size_bytes)} to fetch.")
+
+
+def fits_now(cluster: Cluster, model: Model, variant: Variant, asked: dict[str, Any]) -> str:
+    """Why one copy of this size does not fit the cluster now; "" when it does."""
+    try:
+        request = placement_request(
+            model, variant, asked.get("settings") or {}, asked.get("size", Decimal(1)), 1
+        )
+        result = fit_check(cluster, request)
+    except ValueError as error:
+        return str(error)
+    if result.fit_now:
+        return ""
+    return result.not_placed[0].message if result.not_placed else "No copy fits now."
+
+
+def cluster_for(model: Model, variant_name: str | None, asked: dict[str, Any]) -> Choice:
+    """The first cluster, by name, where a copy fits now (with the variant asked for, or the one
+    novice mode would pick there); None, with each cluster's reason, when none has room."""
+    reasons = []
+    for cluster in Cluster.objects.order_by("name"):
+        variant = variant_named(model, variant_name) or variant_for(model, cluster).value
+        if variant is None:
+            reasons.append(f"{cluster.name}: no variant of {model.repo_id} runs there")
+            continue
+        why_not = fits_now(cluster, model, variant, asked)
+        if not why_not:
+            return Choice(
+                cluster, f"{cluster.name}: the first cluster, by name, with room for a copy now."
+            )
+        reasons.append(f"{cluster.name}: {why_not}")
+    return Choice(None, "; ".join(reasons) or "there are no clusters yet")
+
+
+def variant_named(model: Model, name: str | None) -> Variant | None:
+    return model.variants.filter(name=name).first() if name else None
+
+
+def name_for(model: Model | None) -> Choice:
+    """A deployment name from the model's: lowercase, digits and dashes, unique here."""
+    repo_id = model.repo_id if model else ""
+    base = re.sub(r"[^a-z0-9]+", "-", repo_id.split("/")[-1].lower()).strip("-")[:50]
+    base = base or "model"
+    name, counter = base, 2
+    while Deployment.objects.filter(name=name).exists():
+        name, counter = f"{base}-{counter}", counter + 1
+    why = f"{name}: from the repository id" + ("" if name == base else f" ({base} is taken)")
+    return Choice(name, why + ".")
