@@ -96,29 +96,38 @@ def runs_on(variant: Variant, hardware: Hardware) -> bool:
     return needed is None or (hardware.compute_capability or ()) >= needed
 
 
-def needs_on(model: Model, variant: Variant, accelerators: int) -> int:
-    context = EngineContext(model, variant, newest(), float(accelerators))
-    length = min(GUIDANCE_CONTEXT, model.max_context)
-    return context.estimate({"max_model_len": length}).total_bytes
+def guidance_length(model: Model, context: int | None) -> int:
+    """The conversation length guidance is quoted for: the one asked (the fit check's, so one
+    page quotes one length), else GUIDANCE_CONTEXT, never past the model's own."""
+    return min(context or GUIDANCE_CONTEXT, model.max_context)
 
 
-def fewest_accelerators(model: Model, variant: Variant, hardware: Hardware) -> int | None:
+def needs_on(model: Model, variant: Variant, accelerators: int, context: int | None = None) -> int:
+    engine = EngineContext(model, variant, newest(), float(accelerators))
+    return engine.estimate({"max_model_len": guidance_length(model, context)}).total_bytes
+
+
+def fewest_accelerators(
+    model: Model, variant: Variant, hardware: Hardware, context: int | None = None
+) -> int | None:
     if not hardware.gpu_memory_bytes:
         return None
     room = hardware.gpu_memory_bytes * DEFAULT_SHARE
     for count in (1, 2, 4, 8):
         if count > max(hardware.gpus_per_machine, 1) or model.attention_heads % count:
             continue
-        if needs_on(model, variant, count) <= room:
+        if needs_on(model, variant, count, context) <= room:
             return count
     return None
 
 
-def advise(model: Model, variant: Variant, hardware: Hardware) -> Advice:
-    needs = needs_on(model, variant, 1)
+def advise(
+    model: Model, variant: Variant, hardware: Hardware, context: int | None = None
+) -> Advice:
+    needs = needs_on(model, variant, 1, context)
     runs = runs_on(variant, hardware)
-    count = fewest_accelerators(model, variant, hardware) if runs else None
-    quoted = f"About {gib(needs)} per copy at {min(GUIDANCE_CONTEXT, model.max_context):,} tokens"
+    count = fewest_accelerators(model, variant, hardware, context) if runs else None
+    quoted = f"About {gib(needs)} per copy at {guidance_length(model, context):,} tokens"
     return Advice(variant, runs, count, needs, f"{quoted}: {fit_words(variant, hardware, count)}")
 
 

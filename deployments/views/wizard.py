@@ -43,6 +43,7 @@ from deployments.engine import presets, suggestions
 from deployments.engine.variant_advice import advise, hardware_of
 from deployments.fit_words import size_choices, size_text
 from deployments.forms import ReviewForm, WhereForm
+from deployments.placing import placement_request
 from deployments.views import editor
 
 DRAFTS_KEY = "berth_wizard_drafts"
@@ -218,8 +219,20 @@ def variant_guidance(draft: Draft) -> list[Any]:
     model, cluster = draft.model, draft.cluster
     if not (model and cluster):
         return []
-    hardware = hardware_of(cluster)
-    return [advise(model, variant, hardware) for variant in model.variants.all()]
+    hardware, context = hardware_of(cluster), fit_context(draft)
+    return [advise(model, variant, hardware, context) for variant in model.variants.all()]
+
+
+def fit_context(draft: Draft) -> int | None:
+    """The conversation length the fit check of the draft reckons with, for the guidance beside
+    it to quote the same one."""
+    if not (draft.model and draft.variant):
+        return None
+    try:
+        asked = placement_request(draft.model, draft.variant, draft.settings, 1, 1)
+    except ValueError:
+        return None
+    return asked.max_model_len
 
 
 def read_where(request: HttpRequest, draft: Draft, mode: str) -> WhereForm:

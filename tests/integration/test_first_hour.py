@@ -4,6 +4,7 @@ model that could never fit fails at once, before anything is downloaded."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -118,3 +119,12 @@ def test_a_model_that_could_never_fit_fails_at_once_and_downloads_nothing(demo, 
     assert deployment.last_message.startswith("Does not fit, even on the empty cluster: ")
     assert not ServerModel.objects.filter(variant=deployment.variant).exists()
     assert not deployment.copies.exists()
+
+
+def test_the_where_step_quotes_one_conversation_length_for_guidance_and_fit(demo, as_bob):
+    model = Model.objects.get(repo_id="Qwen/Qwen3-8B")
+    started = as_bob.get(f"/deployments/new/?model={model.pk}&cluster={demo.pk}")
+    page = as_bob.get(started["Location"]).content.decode()
+    quoted = set(re.findall(r"at ([\d,]+) tokens", page))
+    fit = set(re.findall(r"\(([\d,]+) tokens\)", page))
+    assert quoted and fit and quoted == fit, (quoted, fit)
