@@ -16,7 +16,7 @@ from catalog.models import Model, ServerModel, ServerModelState, Variant
 from clusters.models import Cluster
 from deployments.engine.variant_advice import Advice, advise, hardware_of, pick
 from deployments.models import Deployment
-from deployments.placing import fit_check, placement_request
+from deployments.placing import first_reason, fit_check, placement_request
 from placement.words import gib
 
 
@@ -69,7 +69,7 @@ def fits_now(cluster: Cluster, model: Model, variant: Variant, asked: dict[str, 
         return str(error)
     if result.fit_now:
         return ""
-    return result.not_placed[0].message if result.not_placed else "No copy fits now."
+    return first_reason(result, "No copy fits now.")
 
 
 def cluster_for(model: Model, variant_name: str | None, asked: dict[str, Any]) -> Choice:

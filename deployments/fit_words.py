@@ -15,7 +15,7 @@ from typing import Any
 import placement
 from deployments.engine.variant_advice import Hardware, hardware_of
 from deployments.models import Deployment, Reservation
-from deployments.placing import for_cluster, placement_request
+from deployments.placing import first_reason, for_cluster, placement_request
 from deployments.snapshot import inventory_for, reservation_to_inventory
 from placement.shares import engine_share
 from placement.words import gib, percent, plural
@@ -153,7 +153,7 @@ def describe_fit(
     better: placement.PlanResult | None = None,
 ) -> FitWords:
     level, words = headline(result, request.copies)
-    reason = result.not_placed[0].message if result.not_placed else ""
+    reason = first_reason(result)
     size = request.accelerators_per_copy
     suggestion = suggestion_words(result, size, better)
     return FitWords(

@@ -4,11 +4,10 @@ and which of this server's clusters can host it (from the placement services, no
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from catalog.models import Model, Variant
 from clusters.models import Cluster
-from deployments.placing import estimate, fit_check, placement_request
+from deployments.placing import estimate, first_reason, fit_check, placement_request
 from placement.words import plural
 
 CONTEXTS = (4096, 32768, 131072)
@@ -66,10 +65,6 @@ def estimate_at(model: Model, variant: Variant, context: int) -> EstimateAt:
         overhead_bytes=parts.overhead_bytes,
         total_bytes=parts.total_bytes,
     )
-
-
-def first_reason(result: Any) -> str:
-    return result.not_placed[0].message if result.not_placed else ""
 
 
 def cluster_fit(cluster: Cluster, model: Model, variant: Variant, context: int) -> ClusterFit:

@@ -30,7 +30,7 @@ from deployments.choices import (
 )
 from deployments.classify import Failure
 from deployments.models import Copy, Deployment, Reservation
-from deployments.placing import fit_check, release, request_for, reserve
+from deployments.placing import first_reason, fit_check, release, request_for, reserve
 from placement import GIB
 from placement.words import gib, percent, plural
 
@@ -158,9 +158,7 @@ def place(deployment_id: int) -> None:
         for copy, reason in zip(unplaced, result.not_placed, strict=False):
             wait_for_room(copy, reason.message)
         if not result.placed and is_fresh(deployment):
-            fail_no_fit(
-                deployment, unplaced, result.not_placed[0].message if result.not_placed else ""
-            )
+            fail_no_fit(deployment, unplaced, first_reason(result))
             return
     refresh_state(deployment_id)
 
@@ -210,7 +208,7 @@ def never_fits(deployment: Deployment) -> str:
         return str(error)
     if result.fit_empty:
         return ""
-    return result.not_placed[0].message if result.not_placed else "No copy fits this cluster."
+    return first_reason(result, "No copy fits this cluster.")
 
 
 def fail_at_once(deployment: Deployment, reason: str) -> None:

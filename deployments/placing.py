@@ -75,6 +75,11 @@ def fit_check(cluster: Cluster, request: placement.PlacementRequest) -> placemen
     return placement.plan(inventory_for(cluster), for_cluster(cluster, request))
 
 
+def first_reason(result: placement.PlanResult, otherwise: str = "") -> str:
+    """Why the first copy that found no room did not, in placement's words."""
+    return result.not_placed[0].message if result.not_placed else otherwise
+
+
 def estimate(
     model: Model, variant: Variant, settings: dict[str, Any], tensor_parallel: int = 1
 ) -> placement.Estimate:
