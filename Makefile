@@ -29,10 +29,11 @@ run: venv
 	@echo
 	@echo "Berth is starting at http://127.0.0.1:$(PORT)/"
 	@echo "Demo logins: admin / berth-admin, operator / berth-operator, viewer / berth-viewer"
-	@echo "Stop with Ctrl-C; stop the embedded database and Redis with: make stop"
+	@echo "Ctrl-C stops the console and leaves the models serving; make stop stops everything, models too"
 	@echo
-	BERTH_DEMO=1 BERTH_PORT=$(PORT) $(WITH_SERVICES) $(VENV)/bin/honcho start -f Procfile
+	BERTH_DEMO=1 BERTH_PORT=$(PORT) $(PY) -m console.services run -- $(VENV)/bin/honcho start -f Procfile
 
+# The console, the engines of its standalone and simulator clusters, PostgreSQL and Redis.
 stop:
 	-$(PY) -m console.services stop
 

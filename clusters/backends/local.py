@@ -513,3 +513,11 @@ class LocalProcessBackend:
         supervisor.stop(
             handle.pid, exit_path=self.exit_path(handle.copy_id), timeout_s=self.stop_timeout_s
         )
+
+    def stop_every_engine(self) -> list[dict[str, Any]]:
+        """Stop every engine that runs from this state folder; the records of those stopped.
+        (`make stop`: the console is down, so nobody else stops them.)"""
+        running = self.live_records()
+        for record in running:
+            self.stop(self.handle_of(record))
+        return running

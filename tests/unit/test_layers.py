@@ -36,7 +36,6 @@ CONSOLE_BASE = {
     "logins",
     "models",
     "security",
-    "services",
     "settings",
     "signals",
 }
@@ -50,6 +49,7 @@ CONSOLE_WIRING = {
     "demo",
     "keys_api",
     "live_render",
+    "services",
 }
 CONSOLE_WIRING |= {"routing", *PAGE_MODULES}
 
