@@ -26,6 +26,7 @@ from deployments.choices import (
     EventKind,
 )
 from deployments.engine.settings import EngineSettingsError, validate_settings
+from deployments.engine.variant_advice import why_it_cannot_run
 from deployments.models import REPLY_WAIT_MAX_S, REPLY_WAIT_MIN_S, Deployment, Event
 from placement.words import plural
 
@@ -199,6 +200,9 @@ def host(actor: Any, request: HostRequest) -> Deployment:
         raise ActionRefused(
             f"{request.variant.name} is not a variant of {request.model}", "variant"
         )
+    cannot_run = why_it_cannot_run(request.variant, request.cluster)
+    if cannot_run:
+        raise ActionRefused(cannot_run, "variant")
     try:
         gated.require_access(request.team, request.model)
     except gated.GatedRefused as refused:

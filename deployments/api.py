@@ -453,7 +453,7 @@ def chosen_cluster(payload: HostIn, model: Model, chosen: dict[str, dict[str, st
     choice = choosing.cluster_for(model, payload.variant, asked)
     if choice.value is None:
         raise ActionRefused(
-            f"no cluster has room for a copy of {model.repo_id} now ({choice.why}); name one",
+            f"no cluster can take a copy of {model.repo_id} now ({choice.why}); name one",
             "cluster",
         )
     return said(chosen, "cluster", choice).value

@@ -14,7 +14,13 @@ from typing import Any
 
 from catalog.models import Model, ServerModel, ServerModelState, Variant
 from clusters.models import Cluster
-from deployments.engine.variant_advice import Advice, advise, hardware_of, pick
+from deployments.engine.variant_advice import (
+    Advice,
+    advise,
+    hardware_of,
+    pick,
+    why_it_cannot_run,
+)
 from deployments.models import Deployment
 from deployments.placing import first_reason, fit_check, placement_request
 from placement.words import gib
@@ -80,6 +86,10 @@ def cluster_for(model: Model, variant_name: str | None, asked: dict[str, Any]) -
         variant = variant_named(model, variant_name) or variant_for(model, cluster).value
         if variant is None:
             reasons.append(f"{cluster.name}: no variant of {model.repo_id} runs there")
+            continue
+        cannot_run = why_it_cannot_run(variant, cluster)
+        if cannot_run:
+            reasons.append(cannot_run)
             continue
         why_not = fits_now(cluster, model, variant, asked)
         if not why_not:

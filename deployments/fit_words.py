@@ -14,9 +14,9 @@ from typing import Any
 
 import placement
 from deployments.engine.variant_advice import Hardware, hardware_of
-from deployments.models import Deployment, Reservation
+from deployments.models import Deployment
 from deployments.placing import first_reason, for_cluster, placement_request
-from deployments.snapshot import inventory_for, reservation_to_inventory
+from deployments.snapshot import inventory_for, reservation_rows, reservation_to_inventory
 from placement.shares import engine_share
 from placement.words import gib, percent, plural
 
@@ -224,9 +224,7 @@ def check(
 def inventory_without(deployment: Deployment) -> placement.Inventory:
     """The cluster as if this deployment's copies held nothing: scaling re-uses their room."""
     inventory = inventory_for(deployment.cluster)
-    rows = Reservation.objects.filter(copy__deployment=deployment).select_related(
-        "machine", "accelerator__parent"
-    )
+    rows = reservation_rows(copy__deployment=deployment)
     own = Counter(r for r in map(reservation_to_inventory, rows) if r is not None)
     kept = []
     for held in inventory.reservations:

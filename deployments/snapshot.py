@@ -5,7 +5,9 @@ Free room is always derived from Reservation rows, never from what a device happ
 
 from __future__ import annotations
 
-from django.db.models import Prefetch
+from typing import Any
+
+from django.db.models import F, Prefetch, QuerySet
 
 import placement
 from clusters.models import Accelerator, Cluster, SharingClass
@@ -41,6 +43,13 @@ def gpu_to_inventory(gpu: Accelerator) -> placement.Accelerator:
     )
 
 
+def reservation_rows(**where: Any) -> QuerySet[Reservation]:
+    """Reservations as reservation_to_inventory reads them: with their machine and GPU, and the
+    size per copy their deployment asked for."""
+    rows = Reservation.objects.filter(**where).select_related("machine", "accelerator__parent")
+    return rows.annotate(asked=F("copy__deployment__accelerators_per_copy"))
+
+
 def reservation_to_inventory(row: Reservation) -> placement.Reservation | None:
     gpu = row.accelerator
     if gpu is None:  # Kubernetes before the device plugin's choice is observed: see DESIGN §4
@@ -52,7 +61,15 @@ def reservation_to_inventory(row: Reservation) -> placement.Reservation | None:
         bytes=row.reserved_bytes,
         share=float(row.share),
         slice=slice_id(gpu) if gpu.parent_id else None,
+        asked_share=asked_share(row),
     )
+
+
+def asked_share(row: Reservation) -> float | None:
+    """What a copy of less than one GPU asked for, where it holds a whole one (no sharing on
+    its cluster): placement says when sharing would have made room (DESIGN §4)."""
+    asked = float(row.asked)  # see reservation_rows
+    return asked if asked < 1 and row.share == 1 else None
 
 
 def inventory_for(cluster: Cluster) -> placement.Inventory:
@@ -70,9 +87,7 @@ def inventory_for(cluster: Cluster) -> placement.Inventory:
         )
         for m in machines
     )
-    rows = Reservation.objects.filter(machine__cluster=cluster, machine__ready=True).select_related(
-        "machine", "accelerator__parent"
-    )
+    rows = reservation_rows(machine__cluster=cluster, machine__ready=True)
     reservations = tuple(r for r in map(reservation_to_inventory, rows) if r is not None)
     sharing = (
         placement.ClusterSharing.FRACTIONAL

@@ -24,6 +24,7 @@ from placement.units import (
     meets_versions,
     mode_for,
     reserved,
+    share_units,
     version_tuple,
 )
 from placement.words import gib
@@ -53,9 +54,9 @@ def explain(
     room = RoomFacts.of(usable, request, estimate, need)
     if all(gpu.kind is Kind.UNIFIED for gpu in usable):
         return NoFitReason.INSUFFICIENT_SYSTEM_MEMORY, insufficient_system_memory(room)
-    sharing_would_help = _gpu_with_room_if_shared(usable, need)
+    sharing_would_help = _gpu_with_room_if_shared(state, usable, need)
     if sharing_would_help is not None:
-        message = sharing_not_configured(sharing_would_help, need)
+        message = sharing_not_configured(*sharing_would_help, need)
         return NoFitReason.SHARING_NOT_CONFIGURED, message
     return NoFitReason.INSUFFICIENT_CAPACITY, insufficient_capacity(room)
 
@@ -86,21 +87,39 @@ def _explain_tensor_parallel(
     return NoFitReason.INSUFFICIENT_CAPACITY, insufficient_capacity(room)
 
 
-def _gpu_with_room_if_shared(usable: list[GpuState], need: CopyNeed) -> GpuState | None:
-    """A whole-GPU-only GPU whose free bytes would hold this share, when no whole GPU is free."""
+def _gpu_with_room_if_shared(
+    state: ClusterState, usable: list[GpuState], need: CopyNeed
+) -> tuple[GpuState, int] | None:
+    """A whole-GPU-only GPU, and its free bytes if its copies held only the shares they asked
+    for, when those bytes would hold this share and no whole GPU is free."""
     if need.size >= 1:
         return None
     whole_only = [gpu for gpu in usable if gpu.kind is Kind.WHOLE]
     if any(gpu.untouched and holds(need, Mode.WHOLE, gpu.memory) for gpu in whole_only):
         return None  # a whole GPU is free and big enough: lack of sharing is not the reason
-    for gpu in sorted(
-        whole_only, key=lambda g: (-g.free_bytes, g.machine.name, g.accelerator.index)
-    ):
-        room_bytes, room_share = reserved(Mode.FRACTION, need, gpu.memory, 1)
-        enough = gpu.free_bytes >= room_bytes and gpu.free_share >= room_share
-        if enough and holds(need, Mode.FRACTION, gpu.memory):
-            return gpu
+    asked = _units_asked(state, whole_only, need)
+    for gpu in sorted(whole_only, key=lambda g: (asked[g.uid], g.machine.name, g.index)):
+        free_units = SHARE_SCALE - asked[gpu.uid]
+        if free_units >= need.size_units and holds(need, Mode.FRACTION, gpu.memory):
+            return gpu, free_units * gpu.memory // SHARE_SCALE
     return None
+
+
+def _units_asked(state: ClusterState, gpus: list[GpuState], need: CopyNeed) -> dict[int, int]:
+    """Per GPU, the share units its copies asked for: a reservation's asked share where it took
+    a whole GPU for less, and the copies this plan put there before, at this copy's size."""
+    by_place = {(gpu.machine.name, gpu.index): gpu for gpu in gpus}
+    asked = dict.fromkeys((gpu.uid for gpu in gpus), 0)
+    held = dict.fromkeys(asked, 0)
+    for reservation in state.inventory.reservations:
+        gpu = by_place.get((reservation.machine, reservation.accelerator))
+        if gpu is not None:
+            share = reservation.asked_share
+            asked[gpu.uid] += share_units(reservation.share if share is None else share)
+            held[gpu.uid] += 1
+    for gpu in gpus:
+        asked[gpu.uid] += (gpu.copies - held[gpu.uid]) * need.size_units
+    return asked
 
 
 # --- the numbers a message carries -----------------------------------------------------------
@@ -300,13 +319,13 @@ def insufficient_system_memory(room: RoomFacts) -> str:
     )
 
 
-def sharing_not_configured(gpu: GpuState, need: CopyNeed) -> str:
+def sharing_not_configured(gpu: GpuState, free_if_shared: int, need: CopyNeed) -> str:
     share = f"{need.size:g}"
     reserve, _ = reserved(Mode.FRACTION, need, gpu.memory, 1)
     return (
         f"This cluster has no GPU sharing set up, so a copy of {share} of an accelerator takes a "
-        f"whole one, and none that holds it is free. {where(gpu)} has {gib(gpu.free_bytes)} "
-        f"free, enough for this copy's {gib(reserve)} if sharing were on. Ask your "
+        f"whole one, and none that holds it is free. With sharing on, {where(gpu)} would have "
+        f"{gib(free_if_shared)} free, enough for this copy's {gib(reserve)}. Ask your "
         "cluster admin to enable GPU sharing (time-slicing or MIG), or stop a deployment to "
         "free a whole accelerator."
     )

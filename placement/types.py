@@ -318,10 +318,15 @@ class Reservation:
     bytes: int
     share: float
     slice: str | None = None  # a slice id, or a MIG profile when only the profile is known
+    # A copy of less than one GPU that took a whole one (its cluster shares no GPU): the share it
+    # asked for, which is all it would hold if the cluster shared GPUs.
+    asked_share: float | None = None
 
     def __post_init__(self) -> None:
         _check(self.bytes >= 0, "bytes", "must not be negative")
         _check(0 <= self.share <= 1, "share", "must be between 0 and 1")
+        if self.asked_share is not None:
+            _check(0 < self.asked_share <= 1, "asked_share", "must be above 0 and at most 1")
 
 
 @dataclass(frozen=True)

@@ -96,6 +96,15 @@ def runs_on(variant: Variant, hardware: Hardware) -> bool:
     return needed is None or (hardware.compute_capability or ()) >= needed
 
 
+def why_it_cannot_run(variant: Variant, cluster: Cluster) -> str:
+    """Why the variant's engine or number format cannot run on the cluster's accelerators at
+    all (no size or room would help); "" when it can."""
+    hardware = hardware_of(cluster)
+    if runs_on(variant, hardware):
+        return ""
+    return f"{variant.name} cannot run on {cluster.name}: {fit_words(variant, hardware, None)}"
+
+
 def guidance_length(model: Model, context: int | None) -> int:
     """The conversation length guidance is quoted for: the one asked (the fit check's, so one
     page quotes one length), else GUIDANCE_CONTEXT, never past the model's own."""

@@ -91,6 +91,11 @@ def test_what_the_request_names_is_used_and_not_reported_as_chosen(demo, bob):
         ({"cluster": "nowhere"}, "cluster", "cluster: no cluster named nowhere; clusters: "),
         ({"variant": "int3"}, "variant", "variant: Qwen/Qwen3-0.6B has no variant int3; "),
         ({"name": "Not A Slug"}, "name", "name: "),
+        (
+            {"variant": "fp8", "cluster": "local"},
+            "variant",
+            "variant: fp8 cannot run on local: fp8 does not run on vLLM's CPU build",
+        ),
     ],
 )
 def test_bad_values_beside_the_defaults_are_named(demo, bob, body, field, detail):
@@ -128,3 +133,16 @@ def test_the_where_step_quotes_one_conversation_length_for_guidance_and_fit(demo
     quoted = set(re.findall(r"at ([\d,]+) tokens", page))
     fit = set(re.findall(r"\(([\d,]+) tokens\)", page))
     assert quoted and fit and quoted == fit, (quoted, fit)
+
+
+def test_a_cluster_where_the_named_variant_cannot_run_is_passed_over_with_why(demo, bob):
+    """fp8 on the CPU cluster `local` only: the search names it among the clusters without room."""
+    Cluster.objects.exclude(name="local").delete()
+    response = host(bob, model="Qwen/Qwen3-0.6B", variant="fp8")
+    assert response.status_code == 400, response.content
+    assert response.json()["field"] == "cluster"
+    assert response.json()["detail"].startswith(
+        "cluster: no cluster can take a copy of Qwen/Qwen3-0.6B now (fp8 cannot run on local: "
+        "fp8 does not run on vLLM's CPU build"
+    )
+    assert not Deployment.objects.exists()

@@ -114,6 +114,23 @@ def test_a_cluster_without_sharing_gives_whole_gpus_and_the_notice(red):
     assert result.fit_now == 2  # each quarter takes a whole GPU without a sharing strategy
 
 
+@pytest.mark.django_db
+def test_a_share_with_no_whole_gpu_free_but_the_bytes_on_one_names_sharing_as_the_reason(red):
+    """Each quarter took a whole GPU (no sharing strategy); the third finds no whole GPU free,
+    though either GPU has the bytes: sharing, not capacity, is what is missing (DESIGN §4)."""
+    cluster = factories.make_cluster("plain", gpus=2, sharing="")
+    call_command("load_catalog")
+    first, first_copies = host("quarters", red, cluster, "0.25", 2)
+    assert len(reserve(first, first_copies).placed) == 2
+    third, third_copies = host("third", red, cluster, "0.25", 1)
+    result = reserve(third, third_copies)
+    assert result.placed == () and result.fit_empty == 2  # either GPU, on the empty cluster
+    (refused,) = result.not_placed
+    assert refused.reason == "sharing_not_configured"
+    assert refused.message.startswith("This cluster has no GPU sharing set up, so a copy of 0.25")
+    assert "enough for this copy's" in refused.message and "enable GPU sharing" in refused.message
+
+
 def place_in_a_thread(deployment_id: int, barrier, outcomes) -> None:
     from deployments.models import Deployment
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from placement_examples import (
+    H100_BYTES,
     LLAMA_3_3_70B,
     QWEN3_0_6B,
     QWEN3_8B,
@@ -136,10 +137,27 @@ def test_sharing_not_configured_when_a_gpu_has_the_bytes_but_none_is_whole() -> 
     assert reason is NoFitReason.SHARING_NOT_CONFIGURED
     assert message == (
         "This cluster has no GPU sharing set up, so a copy of 0.5 of an accelerator takes a "
-        "whole one, and none that holds it is free. m1 GPU 0 has 59.40 GiB free, enough for "
-        "this copy's 39.60 GiB if sharing were on. Ask your cluster admin to enable GPU sharing "
-        "(time-slicing or MIG), or stop a deployment to free a whole accelerator."
+        "whole one, and none that holds it is free. With sharing on, m1 GPU 0 would have "
+        "59.40 GiB free, enough for this copy's 39.60 GiB. Ask your cluster admin to enable GPU "
+        "sharing (time-slicing or MIG), or stop a deployment to free a whole accelerator."
     )
+
+
+def test_sharing_not_configured_when_quarters_hold_whole_gpus_they_would_share() -> None:
+    """Without sharing each quarter took a whole GPU (share 1, every byte); with sharing a GPU
+    would still have three quarters free: sharing, not capacity, is what is missing."""
+    quarter_on_whole = Reservation("m1", 0, H100_BYTES, 1.0, asked_share=0.25)
+    inventory = cluster(
+        h100_machine("m1", 1), reservations=(quarter_on_whole,), sharing=ClusterSharing.WHOLE_GPU
+    )
+    reason, message = first_refusal(inventory, request(QWEN3_8B, 0.5))
+    assert reason is NoFitReason.SHARING_NOT_CONFIGURED
+    assert "With sharing on, m1 GPU 0 would have 59.40 GiB free" in message
+    whole = Reservation("m1", 0, H100_BYTES, 1.0)  # a copy that asked for all of it
+    inventory = cluster(
+        h100_machine("m1", 1), reservations=(whole,), sharing=ClusterSharing.WHOLE_GPU
+    )
+    assert first_refusal(inventory, request(QWEN3_8B, 0.5))[0] is NoFitReason.INSUFFICIENT_CAPACITY
 
 
 def test_whole_gpu_cluster_with_every_gpu_full_is_short_of_capacity_not_of_sharing() -> None:
