@@ -87,7 +87,12 @@ def url_names(patterns: list[Any], namespace: str = "") -> list[str]:
 class Visit:
     name: str  # the URL name the page must land on
     user: str  # "bob" (operator), "alice" (platform admin) or "" (anonymous)
-    path: str = ""  # opened directly; empty: reached by `steps` from the page before
+    path: str = ""  # opened directly; empty: reached with Next from the wizard's step before
+    mode: str = ""  # "advanced": the mode toggle is clicked first (it holds for later visits)
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({self.mode})" if self.mode else self.name
 
 
 def pages_to_open(seed: dict[str, Any]) -> list[Visit]:
@@ -116,6 +121,10 @@ def pages_to_open(seed: dict[str, Any]) -> list[Visit]:
         Visit("api_keys", "bob", "/account/api-keys/"),
         Visit("admin:index", "alice", "/admin/"),
         Visit(ADMIN_CHANGELIST, "alice", "/admin/deployments/deployment/"),
+        # Advanced mode shows every engine flag: the widest forms Berth has.
+        Visit("deployment_engine_settings", "bob", f"/deployments/{d}/settings/", "advanced"),
+        Visit("wizard_where", "bob", f"/deployments/new/?model={m}", "advanced"),
+        Visit("wizard_settings", "bob", mode="advanced"),
     ]
 
 
@@ -254,9 +263,9 @@ CHECK_PAGE = """(wantsFullHeightSidebar) => {
     return {left, right, top, bottom, width: right - left, height: bottom - top};
   };
   const shown = (el) => {
-    const style = getComputedStyle(el);
-    if (style.visibility === 'hidden' || style.display === 'none' || style.opacity === '0')
-      return false;
+    // checkVisibility: not display:none, visibility:hidden, opacity 0, nor in a closed <details>.
+    const opts = {opacityProperty: true, visibilityProperty: true, contentVisibilityAuto: true};
+    if (!el.checkVisibility(opts)) return false;
     const r = seen(el);
     return r.width > 1 && r.height > 1 && r.right > 0 && r.bottom + window.scrollY > 0;
   };
@@ -399,16 +408,20 @@ def test_every_page_holds_its_layout(browser, console_url, transactional_db, tmp
 def open_and_check(page, console_url: str, visit: Visit, viewport: str, folder: Path) -> list[str]:
     if visit.path:
         page.goto(console_url + visit.path)
+        toggle = page.locator(f"#mode-toggle button[value={visit.mode}][aria-pressed=false]")
+        if visit.mode and toggle.count():
+            with page.expect_navigation():
+                toggle.click()
     else:
         page.click("button[name=action][value=next]")
         page.wait_for_url(re.compile(rf"/{visit.name.removeprefix('wizard_')}/$"))
     page.wait_for_load_state("load")
     landed = resolve(urlsplit(page.url).path).view_name
-    where = f"{visit.name} at {viewport} {VIEWPORTS[viewport][0]}×{VIEWPORTS[viewport][1]}"
+    width, height = VIEWPORTS[viewport]
+    where = f"{visit.label} at {viewport} {width}×{height}"
     if landed != visit.name:
         return [f"{where}: landed on {landed} ({page.url})"]
-    page.screenshot(
-        path=str(folder / f"{viewport}-{visit.name.replace(':', '-')}.png"), full_page=True
-    )
+    shot = re.sub(r"[^\w-]+", "-", f"{viewport}-{visit.label}").strip("-")
+    page.screenshot(path=str(folder / f"{shot}.png"), full_page=True)
     problems = page.evaluate(CHECK_PAGE, viewport == "desktop")
     return [f"{where}: {problem}" for problem in problems]
