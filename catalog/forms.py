@@ -149,6 +149,11 @@ class AddFromPathForm(forms.Form):
         help_text="owner/name; empty: local/<folder name>",
     )
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # Its ids differ from the hub form's on the same page, so each label points at its field.
+        kwargs.setdefault("auto_id", "id_from_path_%s")
+        super().__init__(*args, **kwargs)
+
     def clean_repo_id(self) -> str:
         value = self.cleaned_data.get("repo_id", "").strip()
         if value and not hub.valid_repo_id(value):
