@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Any
 
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
@@ -205,6 +206,11 @@ class Event(models.Model):
         Deployment, on_delete=models.SET_NULL, null=True, blank=True, related_name="events"
     )
     deployment_name = models.CharField(max_length=63)
+    # The team the deployment belonged to, kept when the deployment is deleted so that its team
+    # still sees its events (the Events page); filled from the deployment on save.
+    team = models.ForeignKey(
+        Team, on_delete=models.SET_NULL, null=True, blank=True, related_name="events"
+    )
     copy = models.ForeignKey(
         Copy, on_delete=models.SET_NULL, null=True, blank=True, related_name="events"
     )
@@ -220,6 +226,12 @@ class Event(models.Model):
 
     class Meta:
         ordering = ["-at", "-id"]
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        # The one place every writer passes through: no writer has to remember the team.
+        if self.team_id is None and self.deployment is not None:
+            self.team_id = self.deployment.team_id
+        super().save(*args, **kwargs)
 
     def __str__(self) -> str:
         return (
