@@ -29,6 +29,7 @@ from catalog.api import router as catalog_router
 from clusters.api import router as clusters_router
 from console import keys
 from console.api_schema import InvalidForModel
+from console.events_api import router as events_router
 from console.keys_api import router as keys_router
 from console.lists import FilterRefused
 from deployments.actions import ActionRefused
@@ -132,6 +133,7 @@ api.add_router("", placement_router)
 api.add_router("", catalog_router)
 api.add_router("", clusters_router)
 api.add_router("", keys_router)
+api.add_router("", events_router)
 
 
 def respond(request: HttpRequest, status: int, body: dict[str, str]) -> HttpResponse:

@@ -22,6 +22,20 @@ CODE_TRUST_WITHDRAWN = "code.trust_withdrawn"
 CODE_TRUST_ASKED = "code.trust_asked"
 CLUSTER_CHECKED = "cluster.connection_tested"
 CLUSTER_REFRESHED = "cluster.refreshed"
+# Every one of them, in this order on the Events page's kind filter.
+ACTIONS = (
+    API_KEY_ISSUED,
+    API_KEY_REVOKED,
+    DOWNLOAD_REQUESTED,
+    DOWNLOAD_RETRIED,
+    FILES_DELETED,
+    MODEL_ADDED,
+    CODE_TRUSTED,
+    CODE_TRUST_WITHDRAWN,
+    CODE_TRUST_ASKED,
+    CLUSTER_CHECKED,
+    CLUSTER_REFRESHED,
+)
 
 
 def actor_name(actor: Any) -> str:

@@ -14,6 +14,8 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("account/api-keys/", views.api_keys, name="api_keys"),
     path("account/api-keys/<int:pk>/revoke/", views.revoke_api_key, name="revoke_api_key"),
+    path("events/", views.event_list, name="event_list"),
+    path("events/export.csv", views.export_events, name="export_events"),
     path("deployments/", include("deployments.urls")),
     path("models/", include("catalog.urls")),
     path("clusters/", include("clusters.urls")),

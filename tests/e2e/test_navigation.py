@@ -15,6 +15,7 @@ SECTIONS = [
     ("On this server", "No models on this server yet."),
     ("Clusters", "No clusters yet."),
     ("Chat", "No model is offered in chat yet."),
+    ("Events", "Nothing has happened in your teams yet."),
 ]
 
 

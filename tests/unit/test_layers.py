@@ -47,6 +47,8 @@ CONSOLE_WIRING = {
     "celery",
     "context",
     "demo",
+    "events",
+    "events_api",
     "keys_api",
     "live_render",
     "services",
