@@ -379,3 +379,20 @@ def test_the_migration_gives_existing_events_their_deployments_team(red, red_dep
 def test_audit_entries_keep_their_team(red, bob):
     entry = audit.record(bob, audit.FILES_DELETED, "files", team=red)
     assert AuditEntry.objects.get(pk=entry.pk).team == red
+
+
+@pytest.mark.django_db(transaction=True)  # migrations run outside a test's transaction
+def test_the_team_migration_runs_backwards_and_forwards_keeping_the_events(red, red_deployment):
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    kept = event(red_deployment, "Stop")
+    try:
+        state = MigrationExecutor(connection).migrate([("deployments", "0009_move_machine_files")])
+        before = state.apps.get_model("deployments", "Event")
+        assert "team" not in {field.name for field in before._meta.get_fields()}
+        assert before.objects.filter(pk=kept.pk).exists()
+    finally:  # back to the newest migrations, whatever happened
+        executor = MigrationExecutor(connection)
+        executor.migrate(executor.loader.graph.leaf_nodes())
+    assert Event.objects.get(pk=kept.pk).team == red  # filled again on the way forward
