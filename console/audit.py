@@ -22,6 +22,12 @@ CODE_TRUST_WITHDRAWN = "code.trust_withdrawn"
 CODE_TRUST_ASKED = "code.trust_asked"
 CLUSTER_CHECKED = "cluster.connection_tested"
 CLUSTER_REFRESHED = "cluster.refreshed"
+PASSWORD_CHANGED = "account.password_changed"
+TEAM_MEMBER_ADDED = "team.member_added"
+TEAM_ROLE_CHANGED = "team.role_changed"
+TEAM_MEMBER_REMOVED = "team.member_removed"
+TEAM_HF_TOKEN_SET = "team.hf_token_set"
+TEAM_HF_TOKEN_CLEARED = "team.hf_token_cleared"
 
 
 def actor_name(actor: Any) -> str:
