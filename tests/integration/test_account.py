@@ -206,3 +206,58 @@ def test_a_weak_or_mistyped_new_password_is_refused_with_words(as_bob, bob, new,
     assert words in page
     bob.refresh_from_db()
     assert bob.check_password(factories.PASSWORD)
+
+
+# --- live updates: each socket renders for its own user, so in its own user's zone -------------
+
+
+@pytest.fixture
+def fresh_channel_layer():
+    """Each async test runs on an event loop of its own; a layer kept from another test keeps
+    locks of that loop (as in test_live)."""
+    from channels.layers import channel_layers
+
+    channel_layers.backends.clear()
+    yield
+    channel_layers.backends.clear()
+
+
+def log_socket(user, deployment, browser_zone: str = ""):
+    from channels.routing import URLRouter
+    from channels.testing import WebsocketCommunicator
+
+    from console.routing import websocket_urls
+
+    path = f"/ws/live/deployment-{deployment.pk}-logs/?after=0"
+    communicator = WebsocketCommunicator(URLRouter(websocket_urls), path)
+    communicator.scope["user"] = user
+    communicator.scope["cookies"] = {"csrftoken": "a" * 32, BROWSER_ZONE_COOKIE: browser_zone}
+    communicator.scope["query_string"] = b"after=0"
+    return communicator
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_live_log_lines_reach_each_viewer_in_their_own_zone(
+    fresh_channel_layer, bob, carol, red
+):
+    from asgiref.sync import sync_to_async
+
+    deployment = await sync_to_async(factories.make_deployment)("live-zones", red)
+    await sync_to_async(UserSettings.objects.create)(user=bob, time_zone="Asia/Tokyo")
+    await sync_to_async(write_lines)(
+        deployment.pk, [(None, LogStream.ENGINE, "INFO", NOON_UTC, "ready")]
+    )
+    in_tokyo = log_socket(bob, deployment, browser_zone="Europe/Paris")  # bob's choice wins
+    in_new_york = log_socket(carol, deployment, browser_zone="America/New_York")
+    assert (await in_tokyo.connect())[0] and (await in_new_york.connect())[0]
+    assert "15 Jan 2026, 21:00:05 JST" in await in_tokyo.receive_from(5)
+    assert "15 Jan 2026, 07:00:05 EST" in await in_new_york.receive_from(5)
+    later = NOON_UTC + timedelta(hours=1)  # a line written while they watch
+    await sync_to_async(write_lines)(
+        deployment.pk, [(None, LogStream.ENGINE, "INFO", later, "serving")]
+    )
+    assert "15 Jan 2026, 22:00:05 JST" in await in_tokyo.receive_from(5)
+    assert "15 Jan 2026, 08:00:05 EST" in await in_new_york.receive_from(5)
+    await in_tokyo.disconnect()
+    await in_new_york.disconnect()
