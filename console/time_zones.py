@@ -29,8 +29,13 @@ def known_zones() -> tuple[str, ...]:
     return tuple(sorted(zoneinfo.available_timezones()))
 
 
+@functools.cache
+def known_zone_set() -> frozenset[str]:
+    return frozenset(known_zones())
+
+
 def is_known_zone(name: str) -> bool:
-    return name in frozenset(known_zones())
+    return name in known_zone_set()
 
 
 def chosen_zone(user: Any) -> str:
