@@ -4,6 +4,7 @@ from django import forms
 from django.contrib import admin
 
 from console.models import ApiKey, AuditEntry, Membership, Team
+from console.team_actions import hf_token_problem
 
 
 class WriteOnlyInput(forms.PasswordInput):
@@ -37,11 +38,8 @@ class TeamAdminForm(forms.ModelForm):
 
     def clean_hf_token(self) -> str:
         token = self.cleaned_data.get("hf_token", "")
-        if token and (len(token) < 8 or any(c.isspace() or not c.isprintable() for c in token)):
-            # The message never repeats the token.
-            raise forms.ValidationError(
-                "That is not a Hugging Face token: one word of at least 8 characters, e.g. hf_…"
-            )
+        if token and hf_token_problem(token):
+            raise forms.ValidationError(hf_token_problem(token))  # never repeats the token
         return token
 
     def save(self, commit: bool = True) -> Any:

@@ -22,6 +22,12 @@ CODE_TRUST_WITHDRAWN = "code.trust_withdrawn"
 CODE_TRUST_ASKED = "code.trust_asked"
 CLUSTER_CHECKED = "cluster.connection_tested"
 CLUSTER_REFRESHED = "cluster.refreshed"
+PASSWORD_CHANGED = "account.password_changed"
+TEAM_MEMBER_ADDED = "team.member_added"
+TEAM_ROLE_CHANGED = "team.role_changed"
+TEAM_MEMBER_REMOVED = "team.member_removed"
+TEAM_HF_TOKEN_SET = "team.hf_token_set"
+TEAM_HF_TOKEN_CLEARED = "team.hf_token_cleared"
 # Every one of them, in this order on the Events page's kind filter.
 ACTIONS = (
     API_KEY_ISSUED,
@@ -35,6 +41,12 @@ ACTIONS = (
     CODE_TRUST_ASKED,
     CLUSTER_CHECKED,
     CLUSTER_REFRESHED,
+    PASSWORD_CHANGED,
+    TEAM_MEMBER_ADDED,
+    TEAM_ROLE_CHANGED,
+    TEAM_MEMBER_REMOVED,
+    TEAM_HF_TOKEN_SET,
+    TEAM_HF_TOKEN_CLEARED,
 )
 
 

@@ -2,21 +2,24 @@
 
 A broadcast says only what changed (kind, id, seq). Each consumer renders the partial for its
 own user, with the same template files the page includes, so a viewer never receives an
-operator's buttons and forms carry the user's own CSRF token. htmx's ws extension swaps the
-HTML it receives into the page by element id (hx-swap-oob).
+operator's buttons, forms carry the user's own CSRF token and times are in the user's own
+zone. htmx's ws extension swaps the HTML it receives into the page by element id (hx-swap-oob).
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
+from datetime import UTC, tzinfo
 from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.utils import timezone
 
-from console import live
+from console import live, time_zones
 from deployments.access import visible_deployments
 
 
@@ -55,6 +58,7 @@ class LiveConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
 
     group: str = ""
     last_seq: int = 0
+    zone: tzinfo = UTC
     # Open sockets per user in this process: a user's tabs are many, a flood of sockets is not.
     open_by_user: Counter[int] = Counter()
 
@@ -69,6 +73,8 @@ class LiveConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
             return
         self.open_by_user[user.pk] += 1
         self.group = group
+        browser_zone = self.scope.get("cookies", {}).get(time_zones.BROWSER_ZONE_COOKIE)
+        self.zone = await database_sync_to_async(time_zones.zone_for)(user, browser_zone)
         # The user's own group first: a change of its access is heard before anything else.
         await self.channel_layer.group_add(live.user_group(user.pk), self.channel_name)
         await self.channel_layer.group_add(group, self.channel_name)
@@ -82,16 +88,26 @@ class LiveConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
             after = query.removeprefix("after=") if query.startswith("after=") else "0"
             asked = int(after) if after.isdigit() else 0
             deployment_id = int(group.split("-")[1])
-            self.last_seq = await database_sync_to_async(live_render.log_replay_start)(
-                user, deployment_id, asked
+            self.last_seq = await self.rendered(
+                live_render.log_replay_start, user, deployment_id, asked
             )
             await self.send_new_lines()
+
+    async def rendered(self, render: Callable[..., Any], *args: Any) -> Any:
+        """Renders in a worker thread, with times in this socket's user's zone (each socket
+        renders for its own user, so viewers in different zones each get their own)."""
+
+        def in_zone() -> Any:
+            with timezone.override(self.zone):
+                return render(*args)
+
+        return await database_sync_to_async(in_zone)()
 
     async def send_catch_up(self) -> None:
         from console import live_render
 
-        html = await database_sync_to_async(live_render.catch_up)(
-            self.scope["user"], self.group, csrf_token_from(self.scope)
+        html = await self.rendered(
+            live_render.catch_up, self.scope["user"], self.group, csrf_token_from(self.scope)
         )
         if html:
             await self.send(text_data=html)
@@ -114,8 +130,8 @@ class LiveConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         if self.group.endswith("-logs"):
             await self.send_new_lines()
             return
-        html = await database_sync_to_async(live_render.render)(
-            self.scope["user"], self.group, message, csrf_token_from(self.scope)
+        html = await self.rendered(
+            live_render.render, self.scope["user"], self.group, message, csrf_token_from(self.scope)
         )
         if html:
             await self.send(text_data=html)
@@ -139,8 +155,8 @@ class LiveConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
 
         deployment_id = int(self.group.split("-")[1])
         while True:
-            html, last = await database_sync_to_async(live_render.log_lines_after)(
-                self.scope["user"], deployment_id, self.last_seq
+            html, last = await self.rendered(
+                live_render.log_lines_after, self.scope["user"], deployment_id, self.last_seq
             )
             if not html:
                 return

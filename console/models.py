@@ -37,6 +37,8 @@ class Team(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     # Downloads gated models for the team; encrypted, write-only (never rendered back).
     hf_token_encrypted = models.TextField(blank=True, editable=False)
+    # When the token was last set or cleared: all a page ever says about it.
+    hf_token_changed_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     class Meta:
         ordering = ["name"]
@@ -51,6 +53,7 @@ class Team(models.Model):
 
     def set_hf_token(self, token: str) -> None:
         self.hf_token_encrypted = crypto.encrypt(token) if token else ""
+        self.hf_token_changed_at = timezone.now()
 
     def hf_token(self) -> str:
         return crypto.decrypt(self.hf_token_encrypted) if self.hf_token_encrypted else ""
@@ -58,6 +61,22 @@ class Team(models.Model):
     @property
     def has_hf_token(self) -> bool:
         return bool(self.hf_token_encrypted)
+
+
+class UserSettings(models.Model):
+    """What a user chose for themselves on their account page."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="berth_settings"
+    )
+    # An IANA zone name (console/time_zones.py checks it); empty: the browser's zone.
+    time_zone = models.CharField(max_length=64, blank=True)
+
+    class Meta:
+        verbose_name_plural = "user settings"
+
+    def __str__(self) -> str:
+        return f"{self.user}'s settings"
 
 
 class Membership(models.Model):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.utils import timezone
 
@@ -60,7 +60,7 @@ def prune() -> int:
 
 @dataclass(frozen=True)
 class Point:
-    at: str
+    at: datetime
     running: float
     waiting: float
     kv_percent: float
@@ -90,7 +90,7 @@ def points(deployment_id: int, limit: int = 60) -> list[Point]:
         )
         result.append(
             Point(
-                at=f"{newer.at:%H:%M:%S}",
+                at=newer.at,
                 running=newer.requests_running,
                 waiting=newer.requests_waiting,
                 kv_percent=newer.kv_cache_usage * 100,

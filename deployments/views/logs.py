@@ -3,6 +3,7 @@ paged by seq (the page never holds more than a page of lines), downloadable as t
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
@@ -13,6 +14,11 @@ from deployments.choices import LogStream
 from deployments.forms import LogFilter
 from deployments.log_search import LEVELS, PAGE, page_of
 from deployments.models import LogLine
+
+
+def utc_iso(moment: datetime) -> str:
+    """ "2026-12-01T20:24:05.123Z": to the millisecond, in UTC, the zone written."""
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def as_int(raw: str | None) -> int | None:
@@ -54,8 +60,11 @@ def download_logs(request: HttpRequest, pk: int) -> StreamingHttpResponse:
     )
 
     def text() -> Any:
+        # In UTC whatever the viewer's zone, said once at the top: a file outlives the page,
+        # travels, and is read beside other systems' logs.
+        yield f"# {deployment.name}: times in UTC (ISO 8601)\n"
         for line in lines.iterator(chunk_size=2000):
-            when = f"{line.at:%Y-%m-%d %H:%M:%S}"
+            when = utc_iso(line.at)
             yield f"{when} {line.level:<7} {line.stream:<7} {line.machine_name} {line.text}\n"
 
     response = StreamingHttpResponse(text(), content_type="text/plain; charset=utf-8")

@@ -46,6 +46,13 @@ NOT_PAGES = {
     "health": "JSON for load balancers",
     "logout": "POST only",
     "revoke_api_key": "POST only",
+    "account_time_zone": "POST only",
+    "account_password": "POST only",
+    "team_add_member": "POST only",
+    "team_role": "POST only",
+    "team_remove_member": "POST only",
+    "team_hf_token": "POST only",
+    "team_hf_token_clear": "POST only",
     "deployment_scale": "POST only (the scale dialog's form posts here)",
     "deployment_start": "POST only",
     "deployment_check_now": "POST only",
@@ -119,6 +126,8 @@ def pages_to_open(seed: dict[str, Any]) -> list[Visit]:
         Visit("cluster_detail", "bob", f"/clusters/{c}/"),
         Visit("chat", "bob", "/chat/"),
         Visit("api_keys", "bob", "/account/api-keys/"),
+        Visit("account", "bob", "/account/"),
+        Visit("team_detail", "alice", "/teams/research-platform/"),  # an admin's controls
         Visit("admin:index", "alice", "/admin/"),
         Visit(ADMIN_CHANGELIST, "alice", "/admin/deployments/deployment/"),
         # Advanced mode shows every engine flag: the widest forms Berth has.

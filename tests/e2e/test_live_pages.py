@@ -107,7 +107,9 @@ def test_a_20000_line_log_stays_light_and_filters_in_the_database(page, console_
     with page.expect_download() as download:
         page.click("#download-logs")
     text = open(download.value.path()).read()
-    assert text.count("\n") == 2000 and "line 19990 of the engine log" in text
+    header, _, lines = text.partition("\n")
+    assert header.endswith(": times in UTC (ISO 8601)")
+    assert lines.count("\n") == 2000 and "line 19990 of the engine log" in lines
 
 
 def test_sync_shows_the_files_arriving_on_each_machine_without_a_reload(

@@ -5,7 +5,7 @@ refuse bad values in words without saving anything."""
 from __future__ import annotations
 
 import io
-from datetime import timedelta
+from datetime import UTC, timedelta
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -120,7 +120,9 @@ def test_the_keys_page_makes_scoped_expiring_keys_shows_them_and_is_never_cached
     listed = as_bob.get("/account/api-keys/")
     assert "no-store" in listed["Cache-Control"]
     row = listed.content.decode().split(f"berth_{key.prefix}…")[1].split("</tr>")[0]
-    assert "read" in row and f"{key.expires_at:%Y-%m-%d}" in row and "never" in row  # unused
+    expires = key.expires_at.astimezone(UTC)  # no zone chosen, none from the browser: UTC
+    assert f"<td>{expires.day} {expires:%b %Y, %H:%M} UTC</td>" in row
+    assert "read" in row and "never" in row  # unused
 
 
 @pytest.mark.parametrize(

@@ -21,6 +21,7 @@ PAGE_FOLDERS = {"views", "templatetags", "management", "migrations"}
 # none but placement; its wiring assembles the apps into the project and sits above them.
 CONSOLE_BASE = {
     "access",
+    "accounts",
     "api_schema",
     "apps",
     "audit",
@@ -38,6 +39,8 @@ CONSOLE_BASE = {
     "security",
     "settings",
     "signals",
+    "team_actions",
+    "time_zones",
 }
 # __init__ loads the Celery app, as Django projects do.
 CONSOLE_WIRING = {
