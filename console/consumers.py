@@ -130,8 +130,14 @@ class LiveConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         if self.group.endswith("-logs"):
             await self.send_new_lines()
             return
+        query = self.scope.get("query_string", b"").decode()
         html = await self.rendered(
-            live_render.render, self.scope["user"], self.group, message, csrf_token_from(self.scope)
+            live_render.render,
+            self.scope["user"],
+            self.group,
+            message,
+            csrf_token_from(self.scope),
+            query,
         )
         if html:
             await self.send(text_data=html)

@@ -16,6 +16,8 @@ from django.db import transaction
 log = logging.getLogger(__name__)
 
 MODELS_GROUP = "models"  # the On this server page: every download's row
+# A message of the deployments group: a deployment was hosted (open lists add its row).
+DEPLOYMENT_ADDED = "deployment_added"
 
 
 def deployment_group(deployment_id: int) -> str:

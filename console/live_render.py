@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.http import QueryDict
 from django.template.loader import render_to_string
 
 from console import live
 from deployments.access import visible_deployments
+from deployments.forms import DeploymentFilter
 from deployments.views import partials
 
 MAX_LINES_PER_MESSAGE = 500
@@ -43,6 +45,17 @@ def deployment_row(user: Any, deployment_id: int, csrf_token: str) -> str:
         return ""
     context = {"row": rows[0], **out_of_band(csrf_token)}
     return render_to_string("deployments/_row.html", context)
+
+
+def deployment_added(user: Any, deployment_id: int, csrf_token: str, query: str) -> str:
+    """A new deployment's row, on top of an open list whose filters (the socket's query, as
+    the page's) it passes; and the list's empty note gone."""
+    listed = DeploymentFilter(QueryDict(query)).apply(visible_deployments(user))
+    rows = partials.list_rows(user, listed.filter(pk=deployment_id))
+    if not rows:
+        return ""
+    context = {"row": rows[0], "csrf_token": csrf_token}
+    return render_to_string("deployments/_row_added.html", context)
 
 
 def log_lines_after(user: Any, deployment_id: int, after: int) -> tuple[str, int]:
@@ -108,8 +121,12 @@ def catch_up(user: Any, group: str, csrf_token: str) -> str:
     )
 
 
-def render(user: Any, group: str, message: dict[str, Any], csrf_token: str) -> str:
+def render(user: Any, group: str, message: dict[str, Any], csrf_token: str, query: str = "") -> str:
+    """The HTML a socket of `group` sends for a message; `query` is the socket's query string
+    (a list's filters)."""
     kind, ident = message["kind"], message["id"]
+    if group == "deployments" and kind == live.DEPLOYMENT_ADDED:
+        return deployment_added(user, ident, csrf_token, query)
     if kind == "server_model" and group == live.MODELS_GROUP:
         return server_model_row(user, ident, csrf_token)
     if kind == "server_model" and group.startswith("model-"):

@@ -71,7 +71,7 @@ def revoke_api_key(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 # The headings of the Events table (templates/partials/list_table.html) and the CSV's columns.
-EVENT_COLUMNS = ("Time (UTC)", "Team", "Actor", "Kind", "Object", "Message")
+EVENT_COLUMNS = ("Time", "Team", "Actor", "Kind", "Object", "Message")
 CSV_COLUMNS = ("at_utc", "team", "actor", "kind", "object", "message")
 
 

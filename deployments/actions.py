@@ -14,6 +14,7 @@ from django.db import IntegrityError, transaction
 from catalog import downloads, gated
 from catalog.models import Model, ServerModel, Variant
 from clusters.models import Cluster
+from console import live
 from console.models import SLUG_PATTERN, Team
 from deployments import lifecycle, transitions
 from deployments.choices import (
@@ -227,6 +228,7 @@ def host(actor: Any, request: HostRequest) -> Deployment:
                 f"Host {values['copies_wanted']} × {values['accelerators_per_copy']} "
                 f"on {request.cluster.name}",
             )
+            live.broadcast_on_commit("deployments", live.DEPLOYMENT_ADDED, deployment.pk)
             never = lifecycle.never_fits(deployment)
             if never:
                 lifecycle.fail_at_once(deployment, never)  # nothing fetched, no copy made
@@ -402,6 +404,34 @@ def check_now(actor: Any, deployment: Deployment) -> Done:
         else:
             lifecycle.enqueue("check_deployment", deployment.pk)
     return Done(Deployment.objects.get(pk=deployment.pk), "Checking now.")
+
+
+# What the deployments list's bulk bar offers: one action, run on each selected deployment.
+BULK_ACTIONS = {"stop": stop, "start": start, "check_now": check_now, "delete": delete}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One deployment's part of a bulk action: done (with what it did) or refused (why)."""
+
+    name: str
+    done: bool
+    words: str
+
+
+def bulk(actor: Any, action: str, deployments: list[Deployment]) -> list[Outcome]:
+    """Run one action on each deployment on its own: one that refuses (already stopped, say)
+    leaves the others done, and says why."""
+    act = BULK_ACTIONS.get(action)
+    if act is None:
+        raise ActionRefused(f"no such action; use one of {', '.join(BULK_ACTIONS)}", "action")
+    outcomes = []
+    for deployment in deployments:
+        try:
+            outcomes.append(Outcome(deployment.name, True, act(actor, deployment).words))
+        except ActionRefused as refused:
+            outcomes.append(Outcome(deployment.name, False, refused.message))
+    return outcomes
 
 
 def deployments_using(row: ServerModel) -> list[str]:

@@ -13,6 +13,7 @@ from django import forms
 from django.db.models import Q, QuerySet
 
 from console.lists import ListFilter
+from deployments.actions import BULK_ACTIONS
 from deployments.choices import DEPLOYMENT_GROUPS, DeploymentState, LogLevel, LogPattern, LogStream
 from deployments.engine import other_flags
 from deployments.engine.context import EngineContext
@@ -242,3 +243,37 @@ class LogFilter(ListFilter):
 
     def filter_q(self, lines: QuerySet[LogLine], query: str) -> QuerySet[LogLine]:
         return lines.filter(text__icontains=query)
+
+
+# A bulk action touches at most this many deployments at once (a page of the list).
+BULK_MOST = 200
+
+
+class SelectedIds(forms.Field):
+    """The ids of the rows ticked in a list: whole numbers, each once."""
+
+    widget = forms.MultipleHiddenInput
+
+    def to_python(self, value: Any) -> list[int]:
+        values = value if isinstance(value, list | tuple) else [value] if value else []
+        if not values:
+            raise forms.ValidationError("select at least one deployment first.")
+        if len(values) > BULK_MOST:
+            raise forms.ValidationError(f"select at most {BULK_MOST} deployments at once.")
+        if not all(str(v).isdigit() for v in values):
+            raise forms.ValidationError("a selected row is not a deployment; reload the list.")
+        return sorted({int(v) for v in values})
+
+
+class BulkForm(forms.Form):
+    """The deployments list's bulk bar: an action for the selected rows, then its confirmation."""
+
+    action = forms.ChoiceField(
+        choices=[(name, name) for name in BULK_ACTIONS],
+        error_messages={
+            "required": "choose what to do with the selected deployments.",
+            "invalid_choice": f"no such action %(value)s; use one of {', '.join(BULK_ACTIONS)}.",
+        },
+    )
+    selected = SelectedIds()
+    confirmed = forms.BooleanField(required=False)

@@ -5,6 +5,7 @@ from deployments.views import editor, logs, scale, wizard
 
 urlpatterns = [
     path("", views.deployment_list, name="deployment_list"),
+    path("bulk/", views.bulk, name="deployment_bulk"),
     path("<int:pk>/", views.deployment_detail, name="deployment_detail"),
     path("<int:pk>/scale/", views.scale, name="deployment_scale"),
     path("<int:pk>/stop/", views.stop, name="deployment_stop"),

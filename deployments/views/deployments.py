@@ -15,12 +15,13 @@ from console.access import NEEDS_OPERATE
 from deployments import actions
 from deployments.access import get_deployment, visible_deployments
 from deployments.choices import DEPLOYMENT_GROUPS, CopyState, DeploymentState
-from deployments.forms import DeploymentFilter
+from deployments.forms import BulkForm, DeploymentFilter
 from deployments.models import Deployment
 from deployments.views import partials
 
 # The headings of the list's table (templates/partials/list_table.html).
 DEPLOYMENT_COLUMNS = (
+    "Select",
     "Name",
     "State",
     "Copies ready / wanted",
@@ -136,3 +137,34 @@ def offer_in_chat(request: HttpRequest, pk: int) -> HttpResponse:
 def reply_wait(request: HttpRequest, pk: int) -> HttpResponse:
     seconds = request.POST.get("reply_wait_s", "")
     return operate(request, pk, lambda d: actions.set_reply_wait(request.user, d, seconds))
+
+
+# How the confirmation page names each bulk action, and what it then does to each deployment.
+BULK_WORDS = {
+    "stop": ("Stop", "Their copies stop and give back their room; their settings are kept."),
+    "start": ("Start", "Each stopped one is placed and loaded again."),
+    "check_now": ("Check now", "Each is looked at at once; a failed one starts over."),
+    "delete": ("Delete", "Their copies stop, then they are removed; their events stay."),
+}
+
+
+@require_POST
+def bulk(request: HttpRequest) -> HttpResponse:
+    """The list's bulk bar: a confirmation page first, then one action on each selected one."""
+    form = BulkForm(request.POST)
+    if not form.is_valid():
+        for errors in form.errors.values():
+            messages.error(request, f"Not done: {' '.join(errors)}")
+        return redirect("deployment_list")
+    action, selected = form.cleaned_data["action"], form.cleaned_data["selected"]
+    chosen = [get_deployment(request.user, pk, NEEDS_OPERATE) for pk in selected]
+    if not form.cleaned_data["confirmed"]:
+        verb, effect = BULK_WORDS[action]
+        context = {"action": action, "verb": verb, "effect": effect, "chosen": chosen}
+        return render(request, "deployments/confirm_bulk.html", context)
+    for outcome in actions.bulk(request.user, action, chosen):
+        if outcome.done:
+            messages.success(request, f"{outcome.name}: {outcome.words}")
+        else:
+            messages.error(request, f"{outcome.name}: not done: {outcome.words}.")
+    return redirect("deployment_list")

@@ -47,6 +47,8 @@ NOT_PAGES = {
     "logout": "POST only",
     "revoke_api_key": "POST only",
     "account_time_zone": "POST only",
+    "export_events": "a download (text/csv), not a page",
+    "deployment_bulk": "POST only (its answer, the confirmation page, lists the chosen rows)",
     "account_password": "POST only",
     "team_add_member": "POST only",
     "team_role": "POST only",
@@ -127,6 +129,7 @@ def pages_to_open(seed: dict[str, Any]) -> list[Visit]:
         Visit("chat", "bob", "/chat/"),
         Visit("api_keys", "bob", "/account/api-keys/"),
         Visit("account", "bob", "/account/"),
+        Visit("event_list", "bob", "/events/"),
         Visit("team_detail", "alice", "/teams/research-platform/"),  # an admin's controls
         Visit("admin:index", "alice", "/admin/"),
         Visit(ADMIN_CHANGELIST, "alice", "/admin/deployments/deployment/"),

@@ -139,3 +139,41 @@ def test_sync_shows_the_files_arriving_on_each_machine_without_a_reload(
         page.locator("#files-on", has_text="On 2 of 3 machines.").wait_for(timeout=30_000)
         assert page.locator("#deployment-files progress").count() == 0
         assert "Not ready" in page.locator("#deployment-files").inner_text()
+
+
+def in_another_thread(work):
+    """Run ORM work beside Playwright's event loop (whose thread cannot broadcast), as another
+    process of the console would, on a connection of its own."""
+    import threading
+
+    from django.db import connection
+
+    done = {}
+
+    def run() -> None:
+        try:
+            done["value"] = work()
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(timeout=60)
+    return done["value"]
+
+
+def test_a_deployment_hosted_elsewhere_appears_in_the_open_list_without_a_reload(
+    page, console_url, operator
+):
+    user, team = operator
+    cluster = simulated_cluster("arrivals")
+    log_in(page, console_url, "bob")  # lands on the deployments list, empty
+    expect(page.locator("#deployments-empty")).to_contain_text("No deployments yet.")
+    expect(page.locator("#deployment-list table")).to_be_hidden()
+    page.wait_for_timeout(1000)  # the page's socket connects after the page loads
+    in_another_thread(lambda: host(user, team, cluster, "arrived"))
+    page.locator("#deployment-rows tr", has_text="arrived").wait_for(timeout=15_000)
+    expect(page.locator("#deployments-empty")).to_be_empty()
+    expect(page.locator("#deployment-list table")).to_be_visible()
+    expect(page.get_by_role("checkbox", name="Select arrived")).to_be_visible()
+    assert page.url == f"{console_url}/deployments/"

@@ -358,3 +358,42 @@ async def test_a_user_s_sockets_are_capped_and_a_closed_one_frees_its_place(bob,
     await joined(again)
     for tab in [*tabs[1:], again]:
         await tab.disconnect()
+
+
+def host_new(user, team, name: str):
+    from deployments import actions
+
+    model = factories.make_model()
+    cluster = factories.make_cluster("live-lab", gpus=2)
+    asked = actions.HostRequest(team, model, model.variants.first(), cluster, name)
+    return actions.host(user, asked)
+
+
+async def test_a_deployment_hosted_meanwhile_arrives_on_top_of_open_lists_it_passes(
+    bob, carol, dave, red
+):
+    """Every open deployments list hears of a new deployment: a row to put on top (and the
+    empty note gone) for those who may see it and whose filters, the socket's query, it passes."""
+    everything, filtered, viewer, outsider = (
+        connect(bob, "deployments"),
+        connect(bob, "deployments", "q=another"),
+        connect(carol, "deployments"),
+        connect(dave, "deployments"),
+    )
+    for socket in (everything, filtered, viewer, outsider):
+        assert (await socket.connect())[0]
+    deployment = await sync_to_async(host_new)(bob, red, "fresh")
+    row = await everything.receive_from(5)
+    assert row.strip().startswith('<tbody hx-swap-oob="afterbegin:#deployment-rows">')
+    assert f'id="deployment-row-{deployment.pk}"' in row and ">fresh</a>" in row
+    assert 'aria-label="Select fresh"' in row  # bob operates red: the row has its box
+    assert '<div id="deployments-empty" hx-swap-oob="true"></div>' in row
+    seen_by_viewer = await viewer.receive_from(5)
+    assert ">fresh</a>" in seen_by_viewer and 'aria-label="Select fresh"' not in seen_by_viewer
+    # A list filtered to other names may still hear the row change state (its page has no such
+    # row, so nothing changes there), but is never asked to add it.
+    while not await filtered.receive_nothing(timeout=0.5):
+        assert "afterbegin" not in await filtered.receive_from(1)
+    assert await outsider.receive_nothing(timeout=0.5)
+    for socket in (everything, filtered, viewer, outsider):
+        await socket.disconnect()
