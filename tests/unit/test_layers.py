@@ -30,6 +30,7 @@ CONSOLE_BASE = {
     "crypto",
     "demo_passwords",
     "env",
+    "heartbeats",
     "keys",
     "lists",
     "live",
@@ -47,9 +48,11 @@ CONSOLE_WIRING = {
     "celery",
     "context",
     "demo",
+    "errors",
     "keys_api",
     "live_render",
     "services",
+    "system_status",
 }
 CONSOLE_WIRING |= {"routing", *PAGE_MODULES}
 
