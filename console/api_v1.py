@@ -45,6 +45,10 @@ the console's session (then POSTs need the `X-CSRFToken` header). Errors are
 request Berth refuses, 422 for one that is malformed or impossible for the model, 403 when your
 role in the team only lets you read, 404 for what is not in your teams. Memory is in GiB
 (2^30 bytes) with two decimals, in fields ending in `_gb`."""
+CSRF_REFUSED = (
+    "CSRF check failed: send the X-CSRFToken header with the csrftoken cookie's value, "
+    "or use an API key (Authorization: Bearer …) instead of the session."
+)
 BODY_NOT_JSON = "body: is not valid JSON; send a JSON object with Content-Type: application/json"
 
 
@@ -66,10 +70,7 @@ class SessionWithCsrf(SessionAuth):
         try:
             return super()._get_key(request)
         except HttpError:
-            raise PermissionDenied(
-                "CSRF check failed: send the X-CSRFToken header with the csrftoken cookie's "
-                "value, or use an API key (Authorization: Bearer …) instead of the session."
-            ) from None
+            raise PermissionDenied(CSRF_REFUSED) from None
 
 
 class StrictJsonParser(Parser):

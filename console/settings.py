@@ -75,6 +75,8 @@ MIDDLEWARE = [
 ]
 
 ROOT_URLCONF = "console.urls"
+# A refused form post says why in words and what to do (console/errors.py).
+CSRF_FAILURE_VIEW = "console.errors.csrf_failure"
 ASGI_APPLICATION = "console.asgi.application"
 WSGI_APPLICATION = None
 
@@ -139,6 +141,19 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 WATCH_EVERY_S = env_float("BERTH_WATCH_EVERY_S", 1.0, low=0.05, high=60)
+# Heartbeats of the background processes (console/heartbeats.py): written this often; a part
+# whose last one is older than the staleness is down on /health and the status page. At least a
+# second: the worker's timer (kombu's event loop) does not keep a shorter beat.
+HEARTBEAT_EVERY_S = env_float("BERTH_HEARTBEAT_EVERY_S", 5.0, low=1, high=300)
+HEARTBEAT_STALE_S = env_float("BERTH_HEARTBEAT_STALE_S", 30.0, low=2, high=3600)
+if HEARTBEAT_STALE_S < 2 * HEARTBEAT_EVERY_S:
+    raise ImproperlyConfigured(
+        f"BERTH_HEARTBEAT_STALE_S={HEARTBEAT_STALE_S:g} is less than twice "
+        f"BERTH_HEARTBEAT_EVERY_S={HEARTBEAT_EVERY_S:g}: a part would read as down between two "
+        "of its heartbeats. Raise the staleness or shorten the interval."
+    )
+# Beat's scheduler also writes beat's heartbeat from its own tick (console/celery.py).
+CELERY_BEAT_SCHEDULER = "console.celery:HeartbeatScheduler"
 # How often the watcher scrapes the engines' /metrics for the deployment pages.
 METRICS_EVERY_S = env_float("BERTH_METRICS_EVERY_S", 10.0, low=0.1, high=3600)
 # Log retention: the newest lines kept per copy; older ones are pruned every 5 minutes.

@@ -24,6 +24,7 @@ from psycopg.conninfo import make_conninfo
 from clusters.backends.base import ENGINE_GONE, MetricSample, Observation
 from clusters.models import Cluster
 from clusters.registry import backend_for
+from console import heartbeats
 from deployments import engine_figures, lifecycle, logs, transitions
 from deployments.choices import COPY_ENGINE_STARTED, CopyState, ErrorCode, LogLevel, LogStream
 from deployments.classify import Failure, classify
@@ -237,6 +238,7 @@ def cluster_ids() -> list[int]:
 async def watch_all(stop: asyncio.Event) -> None:
     """Watch every cluster, starting tasks for clusters added while running."""
     tasks: dict[int, asyncio.Task[None]] = {}
+    beating = asyncio.create_task(heartbeats.keep_beating("watcher", stop))
     while not stop.is_set():
         for cluster_id in await asyncio.to_thread(cluster_ids):
             if cluster_id not in tasks or tasks[cluster_id].done():
@@ -245,4 +247,4 @@ async def watch_all(stop: asyncio.Event) -> None:
             await asyncio.wait_for(stop.wait(), 5)
         except TimeoutError:
             pass
-    await asyncio.gather(*tasks.values(), return_exceptions=True)
+    await asyncio.gather(beating, *tasks.values(), return_exceptions=True)

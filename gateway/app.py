@@ -19,6 +19,7 @@ from django.contrib.auth import get_user
 from django.http import HttpRequest
 from django.http.cookie import parse_cookie
 
+from console import heartbeats
 from console.access import is_platform_admin
 from console.keys import bearer
 from gateway import conf, errors, service
@@ -201,12 +202,19 @@ async def wait_for_disconnect(receive: Receive) -> None:
 
 
 async def lifespan(receive: Receive, send: Send) -> None:
-    """When the gateway runs as its own server: flush the figures on the way out."""
+    """When the gateway runs as its own server: beat its heartbeat while it runs
+    (console/heartbeats.py), and flush the figures on the way out."""
+    stop = asyncio.Event()
+    beating: asyncio.Task[None] | None = None
     while True:
         message = await receive()
         if message["type"] == "lifespan.startup":
+            beating = asyncio.create_task(heartbeats.keep_beating("gateway", stop))
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
+            stop.set()
+            if beating is not None:
+                await beating
             with contextlib.suppress(Exception):
                 await service.run_blocking(service.FIGURES.flush)
             await send({"type": "lifespan.shutdown.complete"})

@@ -3,12 +3,14 @@ worker, Celery beat and the watcher (as `make run` starts them, with shorter int
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -32,17 +34,26 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def answers_health(url: str) -> bool:
+    """Whether the server at `url` answers /health with its JSON: 200, or 503 naming the parts
+    that are down (the console's background processes may not have started yet)."""
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
+            return response.status == 200
+    except urllib.error.HTTPError as error:
+        return error.code == 503 and "status" in json.loads(error.read() or b"{}")
+    except (OSError, ValueError):
+        return False
+
+
 def wait_until_healthy(url: str, process: subprocess.Popen[bytes], timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"the server at {url} exited with {process.returncode}")
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.2)
+        if answers_health(url):
+            return
+        time.sleep(0.2)
     raise RuntimeError(f"the server at {url} did not become healthy within {timeout:.0f} s")
 
 

@@ -203,7 +203,8 @@ def up(url: str, process: subprocess.Popen[bytes]) -> bool:
     if process.poll() is not None:
         raise AssertionError(f"the server for {url} exited with {process.returncode}")
     try:
-        return httpx.get(f"{url}/health", timeout=2).status_code == 200
+        # The console's /health is 503 while its background processes are not running.
+        return httpx.get(f"{url}/health", timeout=2).status_code in (200, 503)
     except httpx.HTTPError:
         return False
 

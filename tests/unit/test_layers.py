@@ -31,6 +31,7 @@ CONSOLE_BASE = {
     "crypto",
     "demo_passwords",
     "env",
+    "heartbeats",
     "keys",
     "lists",
     "live",
@@ -50,11 +51,13 @@ CONSOLE_WIRING = {
     "celery",
     "context",
     "demo",
+    "errors",
     "events",
     "events_api",
     "keys_api",
     "live_render",
     "services",
+    "system_status",
 }
 CONSOLE_WIRING |= {"routing", *PAGE_MODULES}
 

@@ -85,6 +85,10 @@ def test_good_settings_start():
         ("BERTH_SWEEP_EVERY_S", "often", "BERTH_SWEEP_EVERY_S='often' is not a whole number"),
         ("BERTH_CPU_RESERVE_GIB", "-1", "BERTH_CPU_RESERVE_GIB=-1 is outside 0..4096"),
         ("BERTH_CPU_RESERVE_GIB", "some", "BERTH_CPU_RESERVE_GIB='some' is not a number"),
+        ("BERTH_HEARTBEAT_EVERY_S", "0.5", "BERTH_HEARTBEAT_EVERY_S=0.5 is outside 1..300"),
+        ("BERTH_HEARTBEAT_EVERY_S", "often", "BERTH_HEARTBEAT_EVERY_S='often' is not a number"),
+        ("BERTH_HEARTBEAT_STALE_S", "5000", "BERTH_HEARTBEAT_STALE_S=5000 is outside 2..3600"),
+        ("BERTH_HEARTBEAT_STALE_S", "1", "BERTH_HEARTBEAT_STALE_S=1 is outside 2..3600"),
         (
             "BERTH_VLLM_BIN",
             "/no/such/vllm",
@@ -107,3 +111,12 @@ def test_a_malformed_value_fails_start_up_naming_the_variable(variable, value, e
 def test_debug_mode_runs_without_secret_keys():
     result = start_with(BERTH_DEBUG="true", DJANGO_SECRET_KEY=None, BERTH_CREDENTIALS_KEY=None)
     assert result.returncode == 0, result.stderr
+
+
+def test_a_heartbeat_staleness_under_two_intervals_fails_start_up_saying_why():
+    result = start_with(BERTH_HEARTBEAT_EVERY_S="10", BERTH_HEARTBEAT_STALE_S="15")
+    assert result.returncode != 0
+    assert (
+        "BERTH_HEARTBEAT_STALE_S=15 is less than twice BERTH_HEARTBEAT_EVERY_S=10: a part would "
+        "read as down between two of its heartbeats."
+    ) in result.stderr
