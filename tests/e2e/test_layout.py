@@ -43,7 +43,8 @@ VIEWPORTS = {"desktop": (1440, 900), "phone": (390, 844)}
 # Named URLs that are not pages a person opens, each with its reason.
 NOT_PAGES = {
     "home": "redirects to deployment_list",
-    "health": "JSON for load balancers",
+    "health": "JSON for monitors",
+    "health_web": "JSON for load balancers",
     "logout": "POST only",
     "revoke_api_key": "POST only",
     "account_time_zone": "POST only",
@@ -131,6 +132,7 @@ def pages_to_open(seed: dict[str, Any]) -> list[Visit]:
         Visit("account", "bob", "/account/"),
         Visit("event_list", "bob", "/events/"),
         Visit("team_detail", "alice", "/teams/research-platform/"),  # an admin's controls
+        Visit("platform_status", "alice", "/status/"),
         Visit("admin:index", "alice", "/admin/"),
         Visit(ADMIN_CHANGELIST, "alice", "/admin/deployments/deployment/"),
         # Advanced mode shows every engine flag: the widest forms Berth has.
