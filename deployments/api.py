@@ -395,14 +395,20 @@ def shown(user: Any, pk: int) -> dict[str, Any]:
 router = Router(tags=["deployments"])
 
 
-@router.get("/deployments", response={200: list[DeploymentOut], **ERRORS})
-def list_deployments(request: HttpRequest) -> list[dict[str, Any]]:
-    """The deployments of your teams (every team's, for platform admins), filtered as the list
-    page is: ?state= (a state or a group: active, serving, failed, stopped), ?cluster= and
-    ?model= (ids), ?q= (in the name or the chat name)."""
-    chosen = DeploymentFilter(request.GET).strictly(visible_deployments(request.user))
-    deployments = with_copies(chosen).order_by("name")
-    return [deployment_out(deployment) for deployment in deployments]
+class DeploymentsOut(Schema):
+    items: list[DeploymentOut]
+    next_cursor: str | None = Field(description="pass as ?cursor= for the next page; null: last")
+
+
+@router.get("/deployments", response={200: DeploymentsOut, **ERRORS})
+def list_deployments(request: HttpRequest) -> dict[str, Any]:
+    """The deployments of your teams (every team's, for platform admins), filtered and sorted
+    as the list page is: ?state= (a state or a group: active, serving, failed, stopped),
+    ?cluster= and ?model= (ids), ?q= (in the name or the chat name); ?sort= (name, created,
+    state, model, cluster, team; "-" first reverses), ?limit= (1 to 200, 50) and ?cursor=."""
+    filters = DeploymentFilter(request.GET)
+    page = filters.page(with_copies(filters.strictly(visible_deployments(request.user))))
+    return {"items": [deployment_out(d) for d in page.rows], "next_cursor": page.next_cursor}
 
 
 @router.get("/deployments/{int:id}", response={200: DeploymentOut, **ERRORS})

@@ -12,7 +12,7 @@ from typing import Any
 from django import forms
 from django.db.models import Q, QuerySet
 
-from console.lists import ListFilter
+from console.lists import ListFilter, both_ways
 from deployments.actions import BULK_ACTIONS
 from deployments.choices import DEPLOYMENT_GROUPS, DeploymentState, LogLevel, LogPattern, LogStream
 from deployments.engine import other_flags
@@ -195,7 +195,17 @@ class EngineSettingsForm(forms.Form):
 
 
 class DeploymentFilter(ListFilter):
-    """The deployments list's filters (its page and GET /api/v1/deployments)."""
+    """The deployments list's filters and orders (its page and GET /api/v1/deployments)."""
+
+    list_name = "deployments"
+    orders = (
+        *both_ways("name", "Name", ("name", "pk")),
+        *both_ways("created", "Oldest first", ("created_at", "pk")),
+        *both_ways("state", "State", ("state", "name", "pk")),
+        *both_ways("model", "Model", ("model__name", "name", "pk")),
+        *both_ways("cluster", "Cluster", ("cluster__name", "name", "pk")),
+        *both_ways("team", "Team", ("team__name", "name", "pk")),
+    )
 
     state = forms.ChoiceField(required=False)
     cluster = forms.IntegerField(required=False, min_value=1)

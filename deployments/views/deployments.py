@@ -12,6 +12,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from catalog.models import Model
 from clusters.models import Cluster
 from console.access import NEEDS_OPERATE
+from console.lists import headings, with_params
 from deployments import actions
 from deployments.access import get_deployment, visible_deployments
 from deployments.choices import DEPLOYMENT_GROUPS, CopyState, DeploymentState
@@ -19,28 +20,33 @@ from deployments.forms import BulkForm, DeploymentFilter
 from deployments.models import Deployment
 from deployments.views import partials
 
-# The headings of the list's table (templates/partials/list_table.html).
+# The headings of the list's table (templates/partials/list_table.html), each with the order
+# it sorts by (DeploymentFilter.orders), or none.
 DEPLOYMENT_COLUMNS = (
-    "Select",
-    "Name",
-    "State",
-    "Copies ready / wanted",
-    "Model",
-    "Cluster",
-    "Team",
-    "In chat",
-    "Last message",
-    "",  # the row's actions
+    ("Select", ""),
+    ("Name", "name"),
+    ("State", "state"),
+    ("Copies ready / wanted", ""),
+    ("Model", "model"),
+    ("Cluster", "cluster"),
+    ("Team", "team"),
+    ("In chat", ""),
+    ("Last message", ""),
+    ("", ""),  # the row's actions
 )
 
 
 def deployment_list(request: HttpRequest) -> HttpResponse:
     visible = visible_deployments(request.user)
+    filters = DeploymentFilter(request.GET)
+    shown, cursor_error = filters.page_leniently(partials.with_ready_counts(filters.apply(visible)))
     context = {
-        "columns": DEPLOYMENT_COLUMNS,
-        "deployments": partials.list_rows(
-            request.user, DeploymentFilter(request.GET).apply(visible)
-        ),
+        "columns": headings(DEPLOYMENT_COLUMNS, filters, request.GET),
+        "deployments": partials.for_user(request.user, shown.rows),
+        "next_page": with_params(request.GET, cursor=shown.next_cursor or "")
+        if shown.next_cursor
+        else "",
+        "cursor_error": cursor_error,
         "any_at_all": visible.exists(),
         "params": request.GET,
         "state_groups": list(DEPLOYMENT_GROUPS),

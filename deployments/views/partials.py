@@ -57,12 +57,19 @@ def engine_figures(deployment_id: int) -> dict[str, Any]:
     return {"figures": figures_of_engines.summary(deployment_id), "every": settings.METRICS_EVERY_S}
 
 
-def list_rows(user: Any, deployments: QuerySet[Deployment]) -> list[Deployment]:
-    """Rows of the deployments list, each with its ready copies and whether the user operates it."""
-    counted = deployments.annotate(
+def with_ready_counts(deployments: QuerySet[Deployment]) -> QuerySet[Deployment]:
+    return deployments.annotate(
         copies_ready=Count("copies", filter=Q(copies__state=CopyState.READY))
     )
-    rows = list(counted.order_by("name"))
+
+
+def for_user(user: Any, rows: list[Deployment]) -> list[Deployment]:
+    """Rows of the deployments list, each knowing whether the user operates it."""
     for row in rows:
         row.operates_team = operates_team(user, row.team_id)
     return rows
+
+
+def list_rows(user: Any, deployments: QuerySet[Deployment]) -> list[Deployment]:
+    """Rows of the deployments list, each with its ready copies and whether the user operates it."""
+    return for_user(user, list(with_ready_counts(deployments).order_by("name")))

@@ -172,7 +172,7 @@ def test_a_session_post_without_the_csrf_token_is_refused(demo, bob):
 def test_a_viewers_key_reads_but_changes_nothing(demo, carol, red):
     deployment = on_demo("red-qwen", red)
     carols = Caller(carol)
-    assert [d["name"] for d in carols.get("/deployments").json()] == ["red-qwen"]
+    assert [d["name"] for d in carols.get("/deployments").json()["items"]] == ["red-qwen"]
     assert carols.get(f"/deployments/{deployment.pk}").status_code == 200
     changes = [
         carols.post(f"/deployments/{deployment.pk}/scale", {"copies": 3}),
@@ -204,7 +204,7 @@ def test_an_outsider_gets_404_for_another_teams_deployment(demo, dave, bob, blue
     green = factories.make_team("green")
     deployment = on_demo("green-qwen", green)
     for caller in [Caller(dave), Caller(bob)]:
-        assert caller.get("/deployments").json() == []
+        assert caller.get("/deployments").json() == {"items": [], "next_cursor": None}
         for response in [
             caller.get(f"/deployments/{deployment.pk}"),
             caller.post(f"/deployments/{deployment.pk}/stop"),
@@ -502,7 +502,7 @@ def test_a_deployment_shows_each_copy_with_where_it_is_placed(demo, bob, red):
         },
     ]
     listed = Caller(bob).get("/deployments").json()
-    assert listed == [shown]
+    assert listed == {"items": [shown], "next_cursor": None}
 
 
 def test_a_failed_deployment_shows_its_error(demo, bob, red):

@@ -27,7 +27,7 @@ def three(red):
 def api_names(client, query: str) -> list[str]:
     response = client.get(f"/api/v1/deployments{query}")
     assert response.status_code == 200, response.content
-    return [row["name"] for row in response.json()]
+    return [row["name"] for row in response.json()["items"]]
 
 
 def page_names(client, query: str) -> list[str]:
@@ -61,7 +61,16 @@ def test_the_page_leaves_a_bad_filter_out_and_applies_the_rest(as_bob, three):
         ("?state=sleeping", "state", "state: Select a valid choice. sleeping is not one of"),
         ("?cluster=x", "cluster", "cluster: Enter a whole number."),
         ("?cluster=0", "cluster", "cluster: Ensure this value is greater than or equal to 1."),
-        ("?colour=red", "colour", "colour: no such filter; use one of state, cluster, model, q"),
+        (
+            "?colour=red",
+            "colour",
+            "colour: no such filter; use one of state, cluster, model, q, sort, limit, cursor",
+        ),
+        ("?sort=colour", "sort", "sort: no such order colour; use one of name, -name, created"),
+        ("?limit=0", "limit", "limit: Ensure this value is greater than or equal to 1."),
+        ("?limit=201", "limit", "limit: Ensure this value is less than or equal to 200."),
+        ("?limit=many", "limit", "limit: must be a whole number from 1 to 200"),
+        ("?cursor=made-up", "cursor", "cursor: is not a cursor Berth gave"),
     ],
 )
 def test_the_api_refuses_a_bad_filter_naming_it(as_bob, three, query, field, detail):
@@ -69,3 +78,61 @@ def test_the_api_refuses_a_bad_filter_naming_it(as_bob, three, query, field, det
     assert response.status_code == 400
     assert response.json()["field"] == field
     assert response.json()["detail"].startswith(detail)
+
+
+def walk(client, query: str) -> tuple[list[str], list[str]]:
+    """Every page of the API's list, following next_cursor: the names, and the cursors."""
+    names, cursors, cursor = [], [], ""
+    while True:
+        answer = client.get(
+            f"/api/v1/deployments?{query}" + (f"&cursor={cursor}" if cursor else "")
+        )
+        assert answer.status_code == 200, answer.content
+        names += [row["name"] for row in answer.json()["items"]]
+        cursor = answer.json()["next_cursor"]
+        if cursor is None:
+            return names, cursors
+        cursors.append(cursor)
+
+
+def test_the_api_pages_in_the_order_asked_until_next_cursor_is_null(as_bob, three, red):
+    for name in ("delta", "epsilon"):
+        factories.make_deployment(name, red)
+    names, cursors = walk(as_bob, "limit=2")
+    assert names == ["alpha", "beta", "delta", "epsilon", "gamma"] and len(cursors) == 2
+    assert walk(as_bob, "limit=2&sort=-name")[0] == ["gamma", "epsilon", "delta", "beta", "alpha"]
+    oldest_first = ["alpha", "beta", "gamma", "delta", "epsilon"]
+    assert walk(as_bob, "limit=3&sort=created")[0] == oldest_first
+    assert walk(as_bob, "limit=3&sort=-created")[0] == oldest_first[::-1]
+
+
+def test_a_cursor_from_another_order_or_another_list_is_refused_naming_it(as_bob, three):
+    by_name = as_bob.get("/api/v1/deployments?limit=1").json()["next_cursor"]
+    other_order = as_bob.get(f"/api/v1/deployments?limit=1&sort=-name&cursor={by_name}")
+    assert other_order.status_code == 400 and other_order.json()["field"] == "cursor"
+    assert "is a cursor of the deployments sorted by name list" in other_order.json()["detail"]
+    from console.lists import encode_cursor
+
+    foreign = encode_cursor("events", ["newest", "2026-01-01T00:00:00+00:00", "a", 1])
+    refused = as_bob.get(f"/api/v1/deployments?cursor={foreign}")
+    assert refused.status_code == 400 and refused.json()["field"] == "cursor"
+    assert refused.json()["detail"].startswith("cursor: is a cursor of the events list")
+
+
+def test_the_page_sorts_by_a_column_heading_and_pages_on(as_bob, three, red, settings):
+    page = as_bob.get("/deployments/?sort=-name").content.decode()
+    assert page.index(">gamma</a>") < page.index(">beta</a>") < page.index(">alpha</a>")
+    assert 'aria-sort="descending"' in page and 'href="?sort=name"' in page  # toggles back
+    for n in range(50):
+        factories.make_deployment(f"more-{n:02d}", red)
+    first = as_bob.get("/deployments/").content.decode()
+    assert ">more-46</a>" in first and ">more-47</a>" not in first  # 50 a page, by name
+    next_href = first.split('id="next-page"')[0].rsplit('href="', 1)[1].split('"')[0]
+    second = as_bob.get(f"/deployments/{next_href.replace('&amp;', '&')}").content.decode()
+    assert ">more-47</a>" in second and ">more-46</a>" not in second and "next-page" not in second
+
+
+def test_the_page_starts_again_at_the_first_page_for_a_cursor_it_did_not_give(as_bob, three):
+    page = as_bob.get("/deployments/?cursor=made-up").content.decode()
+    assert "The page asked for is not one of this list: it is not a cursor Berth gave" in page
+    assert ">alpha</a>" in page
