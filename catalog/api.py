@@ -7,6 +7,7 @@ from typing import Any
 from django.http import HttpRequest
 from ninja import Field, Router, Schema
 
+from catalog.forms import MarketplaceFilter
 from catalog.models import Model, ServerModelState, Variant
 from console.api_schema import ERRORS
 from placement.words import in_gib
@@ -62,13 +63,22 @@ def model_out(model: Model, ready: set[int]) -> dict[str, Any]:
     }
 
 
-@router.get("/models", response={200: list[ModelOut], **ERRORS})
-def list_models(request: HttpRequest) -> list[dict[str, Any]]:
-    """The models this server knows, with their variants and whether their files are here."""
+class ModelsOut(Schema):
+    items: list[ModelOut]
+    next_cursor: str | None = Field(description="pass as ?cursor= for the next page; null: last")
+
+
+@router.get("/models", response={200: ModelsOut, **ERRORS})
+def list_models(request: HttpRequest) -> dict[str, Any]:
+    """The models this server knows, with their variants and whether their files are here,
+    filtered as the marketplace is: ?q=, ?family=, ?size= (small, medium, large), ?task=,
+    ?format= (safetensors, gguf), ?license=, ?gated= (yes, no); ?sort= (name, size, family;
+    "-" first reverses), ?limit= (1 to 200, 50) and ?cursor=."""
     ready = set(
         Variant.objects.filter(server_copies__state=ServerModelState.READY).values_list(
             "pk", flat=True
         )
     )
-    models = Model.objects.prefetch_related("variants")
-    return [model_out(model, ready) for model in models]
+    filters = MarketplaceFilter(request.GET)
+    page = filters.page(filters.strictly(Model.objects.prefetch_related("variants")))
+    return {"items": [model_out(m, ready) for m in page.rows], "next_cursor": page.next_cursor}

@@ -10,7 +10,7 @@ from django.db.models import Q, QuerySet
 from catalog import hub
 from catalog.models import Model, Task, Variant
 from console.access import operated_teams
-from console.lists import ListFilter, choices_of
+from console.lists import ListFilter, both_ways, choices_of
 from console.models import Team
 from placement.words import gib
 
@@ -27,7 +27,15 @@ def blank(label: str) -> list[tuple[str, str]]:
 
 
 class MarketplaceFilter(ListFilter):
-    """Search and filters; a bad value is reported and that filter left out."""
+    """Search, filters and orders (the marketplace and GET /api/v1/models); on the page a bad
+    value is reported and that filter left out."""
+
+    list_name = "models"
+    orders = (
+        *both_ways("name", "Name", ("name", "pk")),
+        *both_ways("size", "Size", ("params_total", "name", "pk")),
+        *both_ways("family", "Family", ("family", "name", "pk")),
+    )
 
     q = forms.CharField(required=False, max_length=100, label="Search")
     family = forms.ChoiceField(required=False)

@@ -25,6 +25,7 @@ from console.access import (
     require_operator_somewhere,
     require_platform_admin,
 )
+from console.lists import with_params
 from deployments import actions, guidance
 
 # The headings of the list's table (templates/partials/list_table.html).
@@ -38,9 +39,14 @@ def ready_model_ids() -> set[int]:
 
 def marketplace(request: HttpRequest) -> HttpResponse:
     filters = MarketplaceFilter(request.GET or None)
-    models = filters.apply(Model.objects.prefetch_related("variants"))
+    shown, cursor_error = filters.page_leniently(
+        filters.apply(Model.objects.prefetch_related("variants"))
+    )
     context = {
-        "models": models,
+        "models": shown.rows,
+        "next_page": with_params(request.GET, cursor=shown.next_cursor or ""),
+        "has_next": bool(shown.next_cursor),
+        "cursor_error": cursor_error,
         "filters": filters,
         "filtering": bool(filters.valid()),
         "query": request.GET.get("q", ""),

@@ -9,7 +9,8 @@ from django.db.models import Prefetch
 from django.http import HttpRequest
 from ninja import Field, Router, Schema
 
-from clusters.models import Accelerator, Cluster, Machine
+from clusters.forms import ClusterFilter
+from clusters.models import Accelerator, Cluster, Machine, with_counts
 from console.api_schema import ERRORS
 from placement.words import in_gib
 
@@ -94,9 +95,16 @@ def cluster_out(cluster: Cluster) -> dict[str, Any]:
     }
 
 
-@router.get("/clusters", response={200: list[ClusterOut], **ERRORS})
-def list_clusters(request: HttpRequest) -> list[dict[str, Any]]:
-    """The clusters copies can be placed on, with their machines and GPUs."""
+class ClustersOut(Schema):
+    items: list[ClusterOut]
+    next_cursor: str | None = Field(description="pass as ?cursor= for the next page; null: last")
+
+
+@router.get("/clusters", response={200: ClustersOut, **ERRORS})
+def list_clusters(request: HttpRequest) -> dict[str, Any]:
+    """The clusters copies can be placed on, with their machines and GPUs, filtered as the list
+    page is: ?kind=, ?q= (in the name or description); ?sort= (name, kind, gpus; "-" first
+    reverses), ?limit= (1 to 200, 50) and ?cursor=."""
     # Only what discovery still reports: placement ignores the rest (deployments/snapshot.py).
     gpus = Accelerator.objects.present_gpus().prefetch_related(
         Prefetch("slices", queryset=Accelerator.objects.present())
@@ -104,5 +112,9 @@ def list_clusters(request: HttpRequest) -> list[dict[str, Any]]:
     machines = Machine.objects.prefetch_related(
         Prefetch("accelerators", queryset=gpus, to_attr="gpus")
     )
-    clusters = Cluster.objects.prefetch_related(Prefetch("machines", queryset=machines))
-    return [cluster_out(cluster) for cluster in clusters]
+    clusters = with_counts(Cluster.objects).prefetch_related(
+        Prefetch("machines", queryset=machines)
+    )
+    filters = ClusterFilter(request.GET)
+    page = filters.page(filters.strictly(clusters))
+    return {"items": [cluster_out(c) for c in page.rows], "next_cursor": page.next_cursor}

@@ -147,6 +147,14 @@ def present_gpu_count(path: str = "accelerators") -> models.Count:
     return models.Count(path, filter=rule, distinct=True)
 
 
+def with_counts(clusters: models.QuerySet[Cluster]) -> models.QuerySet[Cluster]:
+    """Clusters with how many machines and present GPUs each has (the list sorts by GPUs)."""
+    return clusters.annotate(
+        machine_count=models.Count("machines", distinct=True),
+        gpu_count=present_gpu_count("machines__accelerators"),
+    )
+
+
 class Accelerator(models.Model):
     """A GPU as the device reports it; a MIG slice is a child row with its parent GPU."""
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from django.db.models import Count, Prefetch
+from django.db.models import Prefetch
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 
 from clusters.backends import isolation
-from clusters.models import Accelerator, Cluster, ClusterKind, Machine, present_gpu_count
+from clusters.forms import ClusterFilter
+from clusters.models import Accelerator, Cluster, ClusterKind, Machine, with_counts
+from console.lists import headings, with_params
 from deployments.access import visible_deployments
 from deployments.models import Reservation
 from placement.words import percent_of
@@ -34,16 +36,28 @@ NOTICE_WORDS = {
 }
 
 
-# The headings of the list's table (templates/partials/list_table.html).
-CLUSTER_COLUMNS = ("Name", "Kind", "State", "Machines", "GPUs", "Sharing")
+# The headings of the list's table (templates/partials/list_table.html), each with the order
+# it sorts by (ClusterFilter.orders), or none.
+CLUSTER_COLUMNS = (
+    ("Name", "name"),
+    ("Kind", "kind"),
+    ("State", ""),
+    ("Machines", ""),
+    ("GPUs", "gpus"),
+    ("Sharing", ""),
+)
 
 
 def cluster_list(request: HttpRequest) -> HttpResponse:
-    clusters = Cluster.objects.annotate(
-        machine_count=Count("machines", distinct=True),
-        gpu_count=present_gpu_count("machines__accelerators"),
-    )
-    context = {"clusters": clusters, "columns": CLUSTER_COLUMNS}
+    filters = ClusterFilter(request.GET)
+    shown, cursor_error = filters.page_leniently(filters.apply(with_counts(Cluster.objects)))
+    context = {
+        "clusters": shown.rows,
+        "columns": headings(CLUSTER_COLUMNS, filters, request.GET),
+        "next_page": with_params(request.GET, cursor=shown.next_cursor or ""),
+        "has_next": bool(shown.next_cursor),
+        "cursor_error": cursor_error,
+    }
     return render(request, "clusters/list.html", context)
 
 

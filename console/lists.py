@@ -110,6 +110,7 @@ class ListFilter(forms.Form):
             names = ", ".join(order.name for order in self.orders)
             self.fields["sort"] = forms.ChoiceField(
                 required=False,
+                label="Sort by",
                 choices=[(order.name, order.label) for order in self.orders],
                 error_messages={"invalid_choice": f"no such order %(value)s; use one of {names}"},
             )

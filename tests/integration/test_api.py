@@ -708,7 +708,7 @@ def test_an_estimate_over_gpus_that_do_not_divide_the_heads_is_422(demo, bob):
 
 
 def test_models_list_their_variants_and_which_are_on_this_server(demo, carol):
-    models = {m["repo_id"]: m for m in Caller(carol).get("/models").json()}
+    models = {m["repo_id"]: m for m in Caller(carol).get("/models?limit=200").json()["items"]}
     qwen3 = models["Qwen/Qwen3-8B"]
     assert qwen3["max_context"] == 40960 and qwen3["family"]
     variants = {v["name"]: v for v in qwen3["variants"]}
@@ -726,7 +726,7 @@ def test_clusters_list_machines_and_gpus_but_never_credentials(demo, carol):
     response = Caller(carol).get("/clusters")
     assert "very-secret-token" not in response.content.decode()
     assert "kubeconfig" not in response.content.decode()
-    listed = {c["name"]: c for c in response.json()}
+    listed = {c["name"]: c for c in response.json()["items"]}
     assert sorted(listed) == ["demo", "local"]  # the demo's simulated cluster and this machine
     cluster = listed["demo"]
     assert (cluster["kind"], cluster["sharing_strategy"]) == ("simulator", "fractional")
@@ -742,7 +742,8 @@ def test_clusters_list_machines_and_gpus_but_never_credentials(demo, carol):
 
 def test_a_gpu_discovery_no_longer_reports_is_not_listed(demo, carol):
     Accelerator.objects.filter(machine__name="h100-1", index=3).update(present=False)
-    cluster = next(c for c in Caller(carol).get("/clusters").json() if c["name"] == "demo")
+    listed = Caller(carol).get("/clusters").json()["items"]
+    cluster = next(c for c in listed if c["name"] == "demo")
     h100 = next(m for m in cluster["machines"] if m["name"] == "h100-1")
     assert h100["gpu_count"] == 3 and [g["index"] for g in h100["gpus"]] == [0, 1, 2]
 

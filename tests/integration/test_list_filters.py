@@ -136,3 +136,45 @@ def test_the_page_starts_again_at_the_first_page_for_a_cursor_it_did_not_give(as
     page = as_bob.get("/deployments/?cursor=made-up").content.decode()
     assert "The page asked for is not one of this list: it is not a cursor Berth gave" in page
     assert ">alpha</a>" in page
+
+
+def test_the_marketplace_and_the_models_api_sort_and_page_alike(as_carol, db):
+    from django.core.management import call_command
+
+    call_command("load_catalog", stdout=open("/dev/null", "w"))  # noqa: SIM115
+    listed = as_carol.get("/api/v1/models?sort=-size&limit=3").json()
+    sizes = [m["name"] for m in listed["items"]]
+    assert len(sizes) == 3 and listed["next_cursor"]
+    biggest = as_carol.get("/models/?sort=-size").content.decode()
+    places = [biggest.index(f"<strong>{name}</strong>") for name in sizes]
+    assert places == sorted(places)
+    assert 'name="cursor"' not in biggest and 'name="limit"' not in biggest  # not filters
+    every = []
+    cursor = ""
+    while True:
+        page = as_carol.get(f"/api/v1/models?limit=5&cursor={cursor}").json()
+        every += [m["repo_id"] for m in page["items"]]
+        if not (cursor := page["next_cursor"] or ""):
+            break
+    names = [m["repo_id"] for m in as_carol.get("/api/v1/models?limit=200").json()["items"]]
+    assert every == names and len(every) == len(set(every)) > 5
+    refused = as_carol.get("/api/v1/models?family=nope")
+    assert refused.status_code == 400 and refused.json()["field"] == "family"
+
+
+def test_the_clusters_list_and_api_filter_sort_and_page(as_carol, db):
+    for name, gpus in (("aa", 1), ("bb", 4), ("cc", 2)):
+        factories.make_cluster(name, gpus=gpus)
+    by_gpus = as_carol.get("/api/v1/clusters?sort=-gpus").json()
+    assert [c["name"] for c in by_gpus["items"]] == ["bb", "cc", "aa"]
+    first = as_carol.get("/api/v1/clusters?limit=2").json()
+    rest = as_carol.get(f"/api/v1/clusters?limit=2&cursor={first['next_cursor']}").json()
+    assert [c["name"] for c in first["items"] + rest["items"]] == ["aa", "bb", "cc"]
+    assert rest["next_cursor"] is None
+    assert as_carol.get("/api/v1/clusters?q=b").json()["items"][0]["name"] == "bb"
+    page = as_carol.get("/clusters/?sort=-gpus").content.decode()
+    assert page.index(">bb</a>") < page.index(">cc</a>") < page.index(">aa</a>")
+    wrong = as_carol.get("/api/v1/clusters?kind=mainframe")
+    assert wrong.status_code == 400 and wrong.json()["field"] == "kind"
+    foreign = as_carol.get(f"/api/v1/clusters?cursor={first['next_cursor']}&sort=-name")
+    assert foreign.status_code == 400 and foreign.json()["field"] == "cursor"
