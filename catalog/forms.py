@@ -8,7 +8,7 @@ from django import forms
 from django.db.models import Q, QuerySet
 
 from catalog import hub
-from catalog.models import Model, Task, Variant
+from catalog.models import Model, ServerModel, ServerModelState, Task, Variant
 from console.access import operated_teams
 from console.lists import ListFilter, both_ways, choices_of
 from console.models import Team
@@ -192,3 +192,25 @@ class DownloadForm(TeamTokenMixin):
 
     def clean_revision(self) -> str:
         return clean_revision(self.cleaned_data.get("revision", ""))
+
+
+class ServerModelFilter(ListFilter):
+    """On this server's filters and orders."""
+
+    list_name = "server models"
+    orders = (
+        *both_ways("model", "Model", ("variant__model__name", "variant__name", "pk")),
+        *both_ways("size", "Size on disk", ("size_bytes", "pk")),
+        *both_ways("state", "State", ("state", "variant__model__name", "pk")),
+    )
+
+    state = forms.ChoiceField(required=False, choices=blank("any") + list(ServerModelState.choices))
+    q = forms.CharField(required=False, max_length=100, label="Search")
+
+    def filter_state(self, rows: QuerySet[ServerModel], state: str) -> QuerySet[ServerModel]:
+        return rows.filter(state=state)
+
+    def filter_q(self, rows: QuerySet[ServerModel], query: str) -> QuerySet[ServerModel]:
+        return rows.filter(
+            Q(variant__model__name__icontains=query) | Q(variant__model__repo_id__icontains=query)
+        )

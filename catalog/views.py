@@ -16,7 +16,13 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from catalog import adding, downloads, trust
-from catalog.forms import AddFromHubForm, AddFromPathForm, DownloadForm, MarketplaceFilter
+from catalog.forms import (
+    AddFromHubForm,
+    AddFromPathForm,
+    DownloadForm,
+    MarketplaceFilter,
+    ServerModelFilter,
+)
 from catalog.hub import Access, HubProblem
 from catalog.models import Model, ServerModel, ServerModelState
 from console.access import (
@@ -25,11 +31,20 @@ from console.access import (
     require_operator_somewhere,
     require_platform_admin,
 )
-from console.lists import with_params
+from console.lists import headings, with_params
 from deployments import actions, guidance
 
 # The headings of the list's table (templates/partials/list_table.html).
-SERVER_MODEL_COLUMNS = ("Model", "Variant", "Revision", "Size on disk", "Files", "State", "")
+# On this server's headings, each with the order it sorts by (ServerModelFilter.orders), or none.
+SERVER_MODEL_COLUMNS = (
+    ("Model", "model"),
+    ("Variant", ""),
+    ("Revision", ""),
+    ("Size on disk", "size"),
+    ("Files", ""),
+    ("State", "state"),
+    ("", ""),
+)
 
 
 def ready_model_ids() -> set[int]:
@@ -151,7 +166,19 @@ def ask_code_trust(request: HttpRequest, pk: int) -> HttpResponse:
 
 def server_models(request: HttpRequest) -> HttpResponse:
     kept = ServerModel.objects.select_related("variant__model", "team")
-    context = {"server_models": kept, "columns": SERVER_MODEL_COLUMNS, **row_permissions(request)}
+    filters = ServerModelFilter(request.GET)
+    shown, cursor_error = filters.page_leniently(filters.apply(kept))
+    context = {
+        "server_models": shown.rows,
+        "columns": headings(SERVER_MODEL_COLUMNS, filters, request.GET),
+        "next_page": with_params(request.GET, cursor=shown.next_cursor or ""),
+        "has_next": bool(shown.next_cursor),
+        "cursor_error": cursor_error,
+        "filtering": bool(set(filters.valid()) - {"sort"}),
+        "params": request.GET,
+        "states": ServerModelState.choices,
+        **row_permissions(request),
+    }
     return render(request, "catalog/server_models.html", context)
 
 

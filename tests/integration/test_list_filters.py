@@ -178,3 +178,26 @@ def test_the_clusters_list_and_api_filter_sort_and_page(as_carol, db):
     assert wrong.status_code == 400 and wrong.json()["field"] == "kind"
     foreign = as_carol.get(f"/api/v1/clusters?cursor={first['next_cursor']}&sort=-name")
     assert foreign.status_code == 400 and foreign.json()["field"] == "cursor"
+
+
+def test_on_this_server_filters_sorts_and_says_when_nothing_matches(as_carol, db):
+    from django.core.management import call_command
+
+    from catalog.models import Model
+    from tests.integration.test_lifecycle import on_this_server
+
+    call_command("load_catalog", stdout=open("/dev/null", "w"))  # noqa: SIM115
+    kept = [
+        Model.objects.get(repo_id=r).variants.first() for r in ("Qwen/Qwen3-0.6B", "Qwen/Qwen3-8B")
+    ]
+    for variant in kept:
+        on_this_server(variant)
+    biggest_first = as_carol.get("/models/on-this-server/?sort=-size").content.decode()
+    assert biggest_first.index(">Qwen3 8B</a>") < biggest_first.index(">Qwen3 0.6B</a>")
+    assert 'aria-sort="descending"' in biggest_first
+    only = as_carol.get("/models/on-this-server/?q=0.6").content.decode()
+    assert ">Qwen3 0.6B</a>" in only and ">Qwen3 8B</a>" not in only
+    none = as_carol.get("/models/on-this-server/?state=failed").content.decode()
+    assert "No model files match these filters." in none
+    ignored = as_carol.get("/models/on-this-server/?state=sleeping").content.decode()
+    assert ">Qwen3 8B</a>" in ignored  # a bad value is left out on a page
