@@ -4,6 +4,7 @@ from django import forms
 
 from console.accounts import unknown_zone_words
 from console.keys import MAX_DAYS
+from console.lists import ListFilter, both_ways
 from console.models import KeyScope, Role
 from console.team_actions import ROLE_CHOICE_WORDS, hf_token_problem
 from console.time_zones import is_known_zone
@@ -90,3 +91,13 @@ class HfTokenForm(forms.Form):
         if problem:
             raise forms.ValidationError(problem)
         return token
+
+
+class KeyFilter(ListFilter):
+    """GET /api/v1/keys: the caller's keys, newest first or by name, paged like every list."""
+
+    list_name = "keys"
+    orders = (
+        *both_ways("newest", "Newest first", ("-created_at", "-pk")),
+        *both_ways("name", "Name", ("name", "pk")),
+    )

@@ -12,6 +12,7 @@ from ninja import Field, Router, Schema, Status
 
 from console import keys
 from console.api_schema import ERRORS
+from console.forms import KeyFilter
 from console.models import ApiKey, KeyScope
 
 router = Router(tags=["keys"])
@@ -43,9 +44,18 @@ def key_out(key: ApiKey) -> dict[str, Any]:
     return {**{name: getattr(key, name) for name in fields}, "revoked": bool(key.revoked_at)}
 
 
-@router.get("/keys", response={200: list[KeyOut], **ERRORS})
-def list_keys(request: HttpRequest) -> list[dict[str, Any]]:
-    return [key_out(key) for key in ApiKey.objects.filter(user=request.user)]
+class KeysOut(Schema):
+    items: list[KeyOut]
+    next_cursor: str | None = Field(description="pass as ?cursor= for the next page; null: last")
+
+
+@router.get("/keys", response={200: KeysOut, **ERRORS})
+def list_keys(request: HttpRequest) -> dict[str, Any]:
+    """Your keys: ?sort= (newest, the default, or name; "-" first reverses), ?limit= (1 to
+    200, 50) and ?cursor=."""
+    filters = KeyFilter(request.GET)
+    page = filters.page(filters.strictly(ApiKey.objects.filter(user=request.user)))
+    return {"items": [key_out(key) for key in page.rows], "next_cursor": page.next_cursor}
 
 
 @router.post("/keys", response={201: NewKeyOut, **ERRORS})

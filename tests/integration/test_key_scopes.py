@@ -104,7 +104,11 @@ def test_the_api_lists_and_revokes_its_callers_keys(bob, carol):
     theirs, _ = keys.issue(carol, "theirs")
     get, post = api(secret)
     listed = get("/api/v1/keys").json()
-    assert [(k["name"], k["scope"], k["revoked"]) for k in listed] == [("ci", "operate", False)]
+    assert listed["next_cursor"] is None
+    assert [(k["name"], k["scope"], k["revoked"]) for k in listed["items"]] == [
+        ("ci", "operate", False)
+    ]
+    assert get("/api/v1/keys?sort=oldest").json()["field"] == "sort"
     assert post(f"/api/v1/keys/{theirs.pk}/revoke", {}).status_code == 404
     assert post(f"/api/v1/keys/{key.pk}/revoke", {}).json()["revoked"] is True
     assert get("/api/v1/me").status_code == 401
