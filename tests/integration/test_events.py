@@ -41,12 +41,19 @@ def event(deployment, message: str, by=None, when: datetime | None = None) -> Ev
 def rows_of(client: Client, query: str = "") -> list[list[str]]:
     """The Events page's table, as the cells' texts."""
     html = client.get(f"/events/{query}").content.decode()
-    body = html.split("<tbody>", 1)[1].split("</tbody>", 1)[0] if "<tbody>" in html else ""
+    body = html.split("<tbody", 1)[1].split("</tbody>", 1)[0] if "<tbody" in html else ""
     rows = []
     for row in body.split("<tr>")[1:]:
         cells = [cell.split("</td>", 1)[0] for cell in row.split("<td>")[1:]]
-        rows.append([" ".join(strip_tags(cell).split()) for cell in cells])
+        texts = [" ".join(strip_tags(cell).split()) for cell in cells]
+        rows.append([exact_time(cells[0]), *texts[1:]])
     return rows
+
+
+def exact_time(cell: str) -> str:
+    """The time cell's moment (its <time datetime=…>, shown in the viewer's zone), in UTC."""
+    moment = datetime.fromisoformat(cell.split('datetime="', 1)[1].split('"', 1)[0])
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def strip_tags(html: str) -> str:
