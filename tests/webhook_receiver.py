@@ -73,7 +73,9 @@ def write_certificates(folder: Path) -> tuple[Path, Path, Path]:
         ec.generate_private_key(ec.SECP256R1()),
     )
     ca = certificate("Berth test CA", ca_key, "Berth test CA", ca_key, ca=True)
-    sans = [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
+    # rebind.invalid resolves nowhere: a request to it reaches this server only when pinned.
+    names = [x509.DNSName("localhost"), x509.DNSName("rebind.invalid")]
+    sans = [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), *names]
     server = certificate("127.0.0.1", server_key, "Berth test CA", ca_key, ca=False, sans=sans)
     pem = serialization.Encoding.PEM
     ca_file, cert_file, key_file = folder / "ca.pem", folder / "server.pem", folder / "key.pem"
