@@ -28,6 +28,11 @@ TEAM_ROLE_CHANGED = "team.role_changed"
 TEAM_MEMBER_REMOVED = "team.member_removed"
 TEAM_HF_TOKEN_SET = "team.hf_token_set"
 TEAM_HF_TOKEN_CLEARED = "team.hf_token_cleared"
+WEBHOOK_ADDED = "webhook.added"
+WEBHOOK_ENABLED = "webhook.enabled"
+WEBHOOK_DISABLED = "webhook.disabled"
+WEBHOOK_DELETED = "webhook.deleted"
+WEBHOOK_TESTED = "webhook.tested"
 # Every one of them, in this order on the Events page's kind filter.
 ACTIONS = (
     API_KEY_ISSUED,
@@ -47,6 +52,11 @@ ACTIONS = (
     TEAM_MEMBER_REMOVED,
     TEAM_HF_TOKEN_SET,
     TEAM_HF_TOKEN_CLEARED,
+    WEBHOOK_ADDED,
+    WEBHOOK_ENABLED,
+    WEBHOOK_DISABLED,
+    WEBHOOK_DELETED,
+    WEBHOOK_TESTED,
 )
 
 

@@ -111,3 +111,28 @@ def env_executable(name: str) -> str:
             "or unset it to use the one `make engines` installs."
         )
     return path
+
+
+def env_readable_file(name: str) -> str:
+    """An optional path to a file Berth reads: "" when unset; else it must be a readable file."""
+    path = os.environ.get(name, "").strip()
+    if path and not (os.path.isfile(path) and os.access(path, os.R_OK)):
+        raise ImproperlyConfigured(f"{name}={path!r} is not a readable file: give a file's path.")
+    return path
+
+
+def env_http_url(name: str) -> str:
+    """An optional http(s)://host[:port] address without a trailing slash: "" when unset."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return ""
+    try:
+        parts = urlsplit(raw)
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in {"http", "https"} or not parts.hostname:
+        raise ImproperlyConfigured(
+            f"{name}={raw!r} is not an address: give one like https://berth.example.com."
+        )
+    return raw.rstrip("/")

@@ -12,8 +12,10 @@ from console.env import (
     env_bool,
     env_executable,
     env_float,
+    env_http_url,
     env_int,
     env_list,
+    env_readable_file,
     env_str,
     redis_url,
 )
@@ -135,6 +137,10 @@ CELERY_BEAT_SCHEDULE = {
     "reconcile": {"task": "deployments.tasks.reconcile", "schedule": float(RECONCILE_EVERY_S)},
     "prune-logs": {"task": "deployments.tasks.prune_logs", "schedule": 300.0},
     "sweep-strays": {"task": "deployments.tasks.sweep_strays", "schedule": float(SWEEP_EVERY_S)},
+    "deliver-notifications": {
+        "task": "deployments.tasks.deliver_due_notifications",
+        "schedule": float(RECONCILE_EVERY_S),
+    },
     "refresh-inventories": {
         "task": "clusters.tasks.refresh_all_inventories",
         "schedule": float(env_int("BERTH_REFRESH_EVERY_S", 30, low=1, high=86400)),
@@ -177,6 +183,15 @@ SIMULATOR_COPY_BYTES_PER_S = env_int("BERTH_SIMULATOR_COPY_BYTES_PER_S", 20 * 2*
 # Retries of failures that can pass: exponential backoff from the base, capped.
 RETRY_BASE_S = env_float("BERTH_RETRY_BASE_S", 5.0, low=0.1, high=3600)
 RETRY_MAX_S = env_float("BERTH_RETRY_MAX_S", 300.0, low=0.1, high=86400)
+# Notifications (deployments/notifications.py): webhooks are tried this many times, waiting
+# base × 2^(n-1) seconds (at most an hour) after the n-th failure, each try within the timeout.
+WEBHOOK_ATTEMPTS = env_int("BERTH_WEBHOOK_ATTEMPTS", 5, low=1, high=20)
+WEBHOOK_RETRY_BASE_S = env_float("BERTH_WEBHOOK_RETRY_BASE_S", 30.0, low=0.1, high=3600)
+WEBHOOK_TIMEOUT_S = env_float("BERTH_WEBHOOK_TIMEOUT_S", 10.0, low=1, high=60)
+# Certificate authorities webhooks' servers are checked against (PEM); empty: the system's.
+WEBHOOK_CA_FILE = env_readable_file("BERTH_WEBHOOK_CA_FILE")
+# The console's address as people reach it, for links in notifications (empty: paths only).
+CONSOLE_URL = env_http_url("BERTH_CONSOLE_URL")
 # A copy must serve within base + per-GiB × model size (× 3 on unified-memory machines).
 STARTUP_TIMEOUT_BASE_S = env_float("BERTH_STARTUP_TIMEOUT_BASE_S", 300.0, low=1, high=86400)
 STARTUP_TIMEOUT_PER_GIB_S = env_float("BERTH_STARTUP_TIMEOUT_PER_GIB_S", 10.0, low=0, high=3600)

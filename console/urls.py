@@ -4,6 +4,7 @@ from django.urls import include, path
 
 from console import api, api_v1
 from console.views import account, events, keys, system, teams
+from deployments.views import notifications
 
 admin.site.site_header = "Berth administration"
 admin.site.site_title = "Berth admin"
@@ -37,6 +38,32 @@ urlpatterns = [
     path("teams/<slug:name>/hf-token/", teams.set_team_hf_token, name="team_hf_token"),
     path(
         "teams/<slug:name>/hf-token/clear/", teams.clear_team_hf_token, name="team_hf_token_clear"
+    ),
+    path("teams/<slug:name>/notifications/", notifications.webhooks, name="team_webhooks"),
+    path(
+        "teams/<slug:name>/notifications/<int:pk>/",
+        notifications.delivery_log,
+        name="team_webhook_log",
+    ),
+    path(
+        "teams/<slug:name>/notifications/<int:pk>/enable/",
+        notifications.enable_webhook,
+        name="team_webhook_enable",
+    ),
+    path(
+        "teams/<slug:name>/notifications/<int:pk>/disable/",
+        notifications.disable_webhook,
+        name="team_webhook_disable",
+    ),
+    path(
+        "teams/<slug:name>/notifications/<int:pk>/delete/",
+        notifications.delete_webhook,
+        name="team_webhook_delete",
+    ),
+    path(
+        "teams/<slug:name>/notifications/<int:pk>/test/",
+        notifications.test_webhook,
+        name="team_webhook_test",
     ),
     path("deployments/", include("deployments.urls")),
     path("models/", include("catalog.urls")),

@@ -119,3 +119,26 @@ class LogPattern(models.TextChoices):
     OOM = "oom", "Out of memory"
     CUDA_ERROR = "cuda_error", "CUDA error"
     LOADING_FAILURE = "loading_failure", "Loading failure"
+
+
+class NotificationEvent(models.TextChoices):
+    """What a team may be told about its deployments (and "test", sent by hand)."""
+
+    FAILED = "failed", "Failed"
+    DEGRADED = "degraded", "Degraded"
+    RECOVERED = "recovered", "Recovered"
+    TEST = "test", "Test"
+
+
+# The events a webhook may subscribe to (a test is sent on request only).
+NOTIFICATION_SUBSCRIBABLE = (
+    NotificationEvent.FAILED,
+    NotificationEvent.DEGRADED,
+    NotificationEvent.RECOVERED,
+)
+
+
+class DeliveryState(StateChoices):
+    PENDING = "pending", Badge.BLUE, "Pending"
+    DELIVERED = "delivered", Badge.GREEN, "Delivered"
+    FAILED = "failed", Badge.RED, "Failed"

@@ -14,7 +14,14 @@ from django.db.models import Q, QuerySet
 
 from console.lists import ListFilter, both_ways
 from deployments.actions import BULK_ACTIONS
-from deployments.choices import DEPLOYMENT_GROUPS, DeploymentState, LogLevel, LogPattern, LogStream
+from deployments.choices import (
+    DEPLOYMENT_GROUPS,
+    NOTIFICATION_SUBSCRIBABLE,
+    DeploymentState,
+    LogLevel,
+    LogPattern,
+    LogStream,
+)
 from deployments.engine import other_flags
 from deployments.engine.context import EngineContext
 from deployments.engine.settings import CATALOG, without_defaults
@@ -287,3 +294,20 @@ class BulkForm(forms.Form):
     )
     selected = SelectedIds()
     confirmed = forms.BooleanField(required=False)
+
+
+class WebhookForm(forms.Form):
+    """A new webhook as typed; notifications.add_webhook checks the address and the role."""
+
+    name = forms.CharField(max_length=100, label="Name")
+    url = forms.CharField(max_length=2000, label="URL (https://…)")
+    events = forms.MultipleChoiceField(
+        choices=[(e.value, e.label) for e in NOTIFICATION_SUBSCRIBABLE],
+        widget=forms.CheckboxSelectMultiple,
+        label="Tell it when a deployment",
+        error_messages={
+            "required": "Choose at least one event: failed, degraded or recovered.",
+            "invalid_choice": "Unknown event “%(value)s”: choose failed, degraded or recovered.",
+        },
+    )
+    allow_private = forms.BooleanField(required=False, label="Allow private addresses")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from deployments import launching, lifecycle, machine_files, reconciler
+from deployments import launching, lifecycle, machine_files, reconciler, webhook_delivery
 
 
 @shared_task(acks_late=True)
@@ -69,3 +69,13 @@ def prune_logs() -> int:
     from deployments import engine_figures, logs
 
     return logs.prune(settings.LOG_LINES_PER_COPY) + engine_figures.prune()
+
+
+@shared_task(acks_late=True)
+def deliver_notification(delivery_id: int) -> None:
+    webhook_delivery.deliver(delivery_id)
+
+
+@shared_task(acks_late=True)
+def deliver_due_notifications() -> int:
+    return webhook_delivery.deliver_due()

@@ -12,6 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from console import live
+from deployments import notifications
 from deployments.choices import DEPLOYMENT_RUNNING, CopyState, DeploymentState, EventKind
 from deployments.guard import state_change_allowed
 from deployments.models import Copy, Deployment, Event
@@ -96,7 +97,7 @@ def move_deployment(
         deployment = Deployment.objects.select_for_update().get(pk=deployment_id)
         before = deployment.state
         check_allowed(DEPLOYMENT_TRANSITIONS, f"Deployment {deployment.name}", before, to)
-        Event.objects.create(
+        event = Event.objects.create(
             deployment=deployment,
             deployment_name=deployment.name,
             kind=EventKind.STATE_CHANGE,
@@ -112,6 +113,8 @@ def move_deployment(
             setattr(deployment, name, value)
         with state_change_allowed():
             deployment.save()
+        # In the same transaction: a state change and the notices it owes are written together.
+        notifications.on_state_change(deployment, before, event)
         live.broadcast_on_commit(live.deployment_group(deployment.pk), "deployment", deployment.pk)
         live.broadcast_on_commit("deployments", "deployment", deployment.pk)
     return deployment

@@ -37,6 +37,7 @@ CONSOLE_BASE = {
     "live",
     "logins",
     "models",
+    "outbound",
     "security",
     "settings",
     "signals",
