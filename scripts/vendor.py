@@ -1,4 +1,4 @@
-"""Vendor the front-end files Berth serves, so that nothing is fetched at run time.
+"""Vendor the front-end files Berth serves, and the tests' axe-core: nothing is fetched at run time.
 
     python scripts/vendor.py          fetch the pinned packages with `npm pack` and copy their files
     python scripts/vendor.py --check  compare the files on disk with static/vendor/VERSIONS.json
@@ -18,16 +18,20 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-# name -> (exact version, {path inside the package: file name under static/vendor/})
-PACKAGES: dict[str, tuple[str, dict[str, str]]] = {
-    "htmx.org": ("2.0.11", {"dist/htmx.min.js": "htmx.min.js"}),
-    "htmx-ext-ws": ("2.0.4", {"ws.js": "htmx-ext-ws.js"}),
-    "@picocss/pico": ("2.1.1", {"css/pico.min.css": "pico.min.css"}),
-}
-
 ROOT = Path(__file__).resolve().parent.parent
-VENDOR = ROOT / "static" / "vendor"
+VENDOR = ROOT / "static" / "vendor"  # served to every browser
+TEST_VENDOR = ROOT / "tests" / "e2e" / "vendor"  # read by the browser tests only, never served
 VERSIONS = VENDOR / "VERSIONS.json"
+
+# name -> (exact version, {path inside the package: where it goes})
+PACKAGES: dict[str, tuple[str, dict[str, Path]]] = {
+    "htmx.org": ("2.0.11", {"dist/htmx.min.js": VENDOR / "htmx.min.js"}),
+    "htmx-ext-ws": ("2.0.4", {"ws.js": VENDOR / "htmx-ext-ws.js"}),
+    "@picocss/pico": ("2.1.1", {"css/pico.min.css": VENDOR / "pico.min.css"}),
+    # The accessibility engine tests/e2e/test_accessibility.py injects into each page. Tests only:
+    # under static/ it would be collected and served to every user, for nothing.
+    "axe-core": ("4.14.1", {"axe.min.js": TEST_VENDOR / "axe.min.js"}),
+}
 
 
 def sha256(path: Path) -> str:
@@ -48,15 +52,16 @@ def npm_pack(name: str, version: str, into: Path) -> dict[str, str]:
     return info
 
 
-def extract(tarball: Path, files: dict[str, str]) -> list[dict[str, str]]:
-    """Copy the named members (npm tarballs keep them under package/) into static/vendor/."""
+def extract(tarball: Path, files: dict[str, Path]) -> list[dict[str, str]]:
+    """Copy the named members (npm tarballs keep them under package/) where PACKAGES says."""
     written = []
     with tarfile.open(tarball) as tar:
         for source, target in files.items():
             member = tar.extractfile(f"package/{source}")
             if member is None:
                 raise SystemExit(f"{tarball.name}: {source} is not a regular file")
-            dest = VENDOR / target
+            dest = target
+            dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_bytes(member.read())
             rel = dest.relative_to(ROOT).as_posix()
             written.append({"source": source, "path": rel, "sha256": sha256(dest)})

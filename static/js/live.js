@@ -2,17 +2,31 @@
 // page until it is back (htmx's ws extension reconnects by itself and then resumes).
 (function () {
   let polling = null;
-  function banner(show) {
-    let note = document.getElementById("live-status");
-    if (!note) {
-      note = document.createElement("p");
-      note.id = "live-status";
-      note.className = "callout notice";
-      note.textContent = "Live updates paused: reconnecting. The page refreshes its figures every 5 s meanwhile.";
-      document.querySelector("main").prepend(note);
+  const PAUSED = "Live updates paused: reconnecting. The page refreshes its figures every 5 s meanwhile.";
+  // A status region (polite, empty, taking no room) that is in the page before the note is put
+  // into it, so screen readers announce the pause; a region inserted with its words often is not.
+  function statusRegion() {
+    let region = document.getElementById("live-status");
+    if (!region) {
+      region = document.createElement("div");
+      region.id = "live-status";
+      region.setAttribute("role", "status");
+      document.querySelector("main").prepend(region);
     }
-    note.hidden = !show;
+    return region;
   }
+  function banner(show) {
+    const region = statusRegion();
+    if (!show) { region.replaceChildren(); return; }
+    if (region.firstElementChild) return;
+    const note = document.createElement("p");
+    note.className = "callout notice";
+    note.textContent = PAUSED;
+    region.append(note);
+  }
+  document.addEventListener("DOMContentLoaded", function () {
+    if (document.querySelector("[ws-connect]") && document.querySelector("main")) statusRegion();
+  });
   // Each live part names where to poll it from (its own small URL, or else this page).
   function pollParts() {
     for (const part of document.querySelectorAll("[data-live-part][id]")) {

@@ -419,7 +419,9 @@ def test_every_page_holds_its_layout(browser, console_url, transactional_db, tmp
     )
 
 
-def open_and_check(page, console_url: str, visit: Visit, viewport: str, folder: Path) -> list[str]:
+def go_to(page, console_url: str, visit: Visit) -> str:
+    """Open the visit's page (its mode first, or Next from the step before); return the URL name
+    it landed on. test_accessibility.py opens the pages the same way."""
     if visit.path:
         page.goto(console_url + visit.path)
         toggle = page.locator(f"#mode-toggle button[value={visit.mode}][aria-pressed=false]")
@@ -430,7 +432,11 @@ def open_and_check(page, console_url: str, visit: Visit, viewport: str, folder: 
         page.click("button[name=action][value=next]")
         page.wait_for_url(re.compile(rf"/{visit.name.removeprefix('wizard_')}/$"))
     page.wait_for_load_state("load")
-    landed = resolve(urlsplit(page.url).path).view_name
+    return resolve(urlsplit(page.url).path).view_name
+
+
+def open_and_check(page, console_url: str, visit: Visit, viewport: str, folder: Path) -> list[str]:
+    landed = go_to(page, console_url, visit)
     width, height = VIEWPORTS[viewport]
     where = f"{visit.label} at {viewport} {width}×{height}"
     if landed != visit.name:
