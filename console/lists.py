@@ -66,6 +66,9 @@ class Heading:
     href: str = ""
     aria_sort: str = ""
 
+    def __str__(self) -> str:
+        return self.label  # as a heading given in words shows
+
 
 def headings(columns: Sequence[tuple[str, str]], filters: ListFilter, params: Any) -> list[Heading]:
     """The table's headings: (label, order name or "" when the column does not sort)."""

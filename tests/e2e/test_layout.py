@@ -31,7 +31,7 @@ from console.models import Role
 from deployments.choices import LogLevel, LogStream
 from deployments.guard import state_change_allowed
 from deployments.logs import write_lines
-from deployments.models import Copy, Deployment, Event, Reservation
+from deployments.models import Copy, Delivery, Deployment, Event, Reservation, Webhook
 from tests import factories
 from tests.e2e.test_navigation import log_in
 from tests.integration.test_lifecycle import on_this_server, simulated_cluster
@@ -48,6 +48,10 @@ NOT_PAGES = {
     "logout": "POST only",
     "revoke_api_key": "POST only",
     "account_time_zone": "POST only",
+    "team_webhook_enable": "POST only",
+    "team_webhook_disable": "POST only",
+    "team_webhook_delete": "POST only",
+    "team_webhook_test": "POST only",
     "export_events": "a download (text/csv), not a page",
     "deployment_bulk": "POST only (its answer, the confirmation page, lists the chosen rows)",
     "account_password": "POST only",
@@ -107,6 +111,7 @@ class Visit:
 
 def pages_to_open(seed: dict[str, Any]) -> list[Visit]:
     d, c, m = seed["deployment"].pk, seed["cluster"].pk, seed["model"].pk
+    w = seed["webhook"].pk
     return [
         Visit("login", "", "/login/"),
         Visit("deployment_list", "bob", "/deployments/"),
@@ -132,6 +137,8 @@ def pages_to_open(seed: dict[str, Any]) -> list[Visit]:
         Visit("account", "bob", "/account/"),
         Visit("event_list", "bob", "/events/"),
         Visit("team_detail", "alice", "/teams/research-platform/"),  # an admin's controls
+        Visit("team_webhooks", "alice", "/teams/research-platform/notifications/"),
+        Visit("team_webhook_log", "alice", f"/teams/research-platform/notifications/{w}/"),
         Visit("platform_status", "alice", "/status/"),
         Visit("admin:index", "alice", "/admin/"),
         Visit(ADMIN_CHANGELIST, "alice", "/admin/deployments/deployment/"),
@@ -151,7 +158,7 @@ class _Row:
 
 
 def test_every_named_page_is_opened_or_excluded_with_a_reason():
-    fake_seed = {"deployment": _Row(), "cluster": _Row(), "model": _Row()}
+    fake_seed = {"deployment": _Row(), "cluster": _Row(), "model": _Row(), "webhook": _Row()}
     opened = {visit.name for visit in pages_to_open(fake_seed)} | set(REACHED_ON_THE_WAY)
     missing, both = [], []
     for name in url_names(get_resolver().url_patterns):
@@ -183,7 +190,25 @@ def seed_content() -> dict[str, Any]:
         deployment_with_copies(f"batch-embeddings-{n}", team, cluster, tiny, copies=1)
     log_lines(serving)
     keys.issue(bob, "ci-pipeline-deploys", expires_in_days=90)
-    return {"deployment": serving, "cluster": cluster, "model": tiny}
+    webhook = a_webhook_with_deliveries(team, serving)
+    return {"deployment": serving, "cluster": cluster, "model": tiny, "webhook": webhook}
+
+
+def a_webhook_with_deliveries(team, deployment: Deployment) -> Webhook:
+    """Made as its rows are (notifications.py checks the address, which needs DNS here)."""
+    webhook = Webhook(
+        team=team, name="on-call-pager", url="https://hooks.example.com/berth/on-call"
+    )
+    webhook.events = ["failed", "degraded", "recovered"]
+    webhook.set_secret("whsec_layout-only")
+    webhook.save()
+    for attempts, code in ((1, 200), (3, 503)):
+        Delivery.objects.create(
+            webhook=webhook, event="failed", deployment=deployment,
+            deployment_name=deployment.name, payload={"event": "failed"}, attempts=attempts,
+            last_status_code=code, last_error="" if code == 200 else "HTTP 503 Service Unavailable",
+        )  # fmt: skip
+    return webhook
 
 
 def deployment_with_copies(name, team, cluster, model, copies: int) -> Deployment:
