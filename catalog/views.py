@@ -31,7 +31,7 @@ from console.access import (
     require_operator_somewhere,
     require_platform_admin,
 )
-from console.lists import headings, with_params
+from console.lists import headings, pager
 from deployments import actions, guidance
 
 # The headings of the list's table (templates/partials/list_table.html).
@@ -59,9 +59,7 @@ def marketplace(request: HttpRequest) -> HttpResponse:
     )
     context = {
         "models": shown.rows,
-        "next_page": with_params(request.GET, cursor=shown.next_cursor or ""),
-        "has_next": bool(shown.next_cursor),
-        "cursor_error": cursor_error,
+        **pager(shown, cursor_error, request.GET),
         "filters": filters,
         "filtering": bool(filters.valid()),
         "query": request.GET.get("q", ""),
@@ -171,9 +169,7 @@ def server_models(request: HttpRequest) -> HttpResponse:
     context = {
         "server_models": shown.rows,
         "columns": headings(SERVER_MODEL_COLUMNS, filters, request.GET),
-        "next_page": with_params(request.GET, cursor=shown.next_cursor or ""),
-        "has_next": bool(shown.next_cursor),
-        "cursor_error": cursor_error,
+        **pager(shown, cursor_error, request.GET),
         "filtering": bool(set(filters.valid()) - {"sort"}),
         "params": request.GET,
         "states": ServerModelState.choices,

@@ -12,7 +12,7 @@ from django.shortcuts import get_object_or_404, render
 from clusters.backends import isolation
 from clusters.forms import ClusterFilter
 from clusters.models import Accelerator, Cluster, ClusterKind, Machine, with_counts
-from console.lists import headings, with_params
+from console.lists import headings, pager
 from deployments.access import visible_deployments
 from deployments.models import Reservation
 from placement.words import percent_of
@@ -54,9 +54,7 @@ def cluster_list(request: HttpRequest) -> HttpResponse:
     context = {
         "clusters": shown.rows,
         "columns": headings(CLUSTER_COLUMNS, filters, request.GET),
-        "next_page": with_params(request.GET, cursor=shown.next_cursor or ""),
-        "has_next": bool(shown.next_cursor),
-        "cursor_error": cursor_error,
+        **pager(shown, cursor_error, request.GET),
     }
     return render(request, "clusters/list.html", context)
 

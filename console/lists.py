@@ -102,6 +102,13 @@ class ListPage:
     next_cursor: str | None
 
 
+def pager(page: ListPage, cursor_error: str, params: Any) -> dict[str, str]:
+    """What templates/partials/pager.html shows under a list's page: the link to the next page
+    (this page's filters and order kept), and why a cursor given was not used."""
+    after = with_params(params, cursor=page.next_cursor) if page.next_cursor else ""
+    return {"next_page": after, "cursor_error": cursor_error}
+
+
 class ListFilter(forms.Form):
     # A paged list's orders, the first its default; a list without them neither sorts nor pages.
     orders: ClassVar[tuple[Order, ...]] = ()

@@ -12,7 +12,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from catalog.models import Model
 from clusters.models import Cluster
 from console.access import NEEDS_OPERATE
-from console.lists import headings, with_params
+from console.lists import headings, pager
 from deployments import actions
 from deployments.access import get_deployment, visible_deployments
 from deployments.choices import DEPLOYMENT_GROUPS, CopyState, DeploymentState
@@ -43,10 +43,7 @@ def deployment_list(request: HttpRequest) -> HttpResponse:
     context = {
         "columns": headings(DEPLOYMENT_COLUMNS, filters, request.GET),
         "deployments": partials.for_user(request.user, shown.rows),
-        "next_page": with_params(request.GET, cursor=shown.next_cursor or "")
-        if shown.next_cursor
-        else "",
-        "cursor_error": cursor_error,
+        **pager(shown, cursor_error, request.GET),
         "any_at_all": visible.exists(),
         "params": request.GET,
         "state_groups": list(DEPLOYMENT_GROUPS),
