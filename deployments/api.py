@@ -31,8 +31,8 @@ from deployments.access import get_deployment, visible_deployments
 from deployments.actions import ActionRefused, HostRequest
 from deployments.choices import CopyState
 from deployments.engine.settings import CATALOG as ENGINE_SETTINGS
-from deployments.forms import DeploymentFilter
-from deployments.models import Copy, Deployment, Reservation
+from deployments.forms import DeploymentFilter, LogFilter
+from deployments.models import Copy, Deployment, LogLine, Reservation
 from deployments.placing import estimate, fit_check, placement_request
 from placement.words import in_gib
 
@@ -409,6 +409,37 @@ def list_deployments(request: HttpRequest) -> dict[str, Any]:
     filters = DeploymentFilter(request.GET)
     page = filters.page(with_copies(filters.strictly(visible_deployments(request.user))))
     return {"items": [deployment_out(d) for d in page.rows], "next_cursor": page.next_cursor}
+
+
+class LogLineOut(Schema):
+    seq: int = Field(description="the line's place in the deployment's log; ?after= it follows")
+    at: datetime = Field(description="when, in UTC")
+    level: str
+    stream: str
+    machine: str
+    text: str
+
+
+class LogLinesOut(Schema):
+    items: list[LogLineOut]
+    next_cursor: str | None = Field(description="pass as ?cursor= for the next page; null: last")
+
+
+@router.get("/deployments/{int:id}/logs", response={200: LogLinesOut, **ERRORS})
+def list_log_lines(request: HttpRequest, id: int) -> dict[str, Any]:
+    """A deployment's log lines, oldest first (?sort=-seq: newest first), filtered as its logs
+    page is: ?level= (and above), ?stream=, ?machine=, ?pattern=, ?q=; ?after= a seq (to follow
+    the log: pass the last seq seen), ?limit= (1 to 200, 50) and ?cursor=."""
+    deployment = get_deployment(request.user, id)
+    filters = LogFilter(request.GET)
+    lines = filters.strictly(LogLine.objects.filter(deployment=deployment))
+    page = filters.page(lines)
+    return {"items": [log_line_out(line) for line in page.rows], "next_cursor": page.next_cursor}
+
+
+def log_line_out(line: LogLine) -> dict[str, Any]:
+    fields = ("seq", "at", "level", "stream", "text")
+    return {**{name: getattr(line, name) for name in fields}, "machine": line.machine_name}
 
 
 @router.get("/deployments/{int:id}", response={200: DeploymentOut, **ERRORS})

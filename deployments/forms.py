@@ -238,8 +238,13 @@ class DeploymentFilter(ListFilter):
 
 
 class LogFilter(ListFilter):
-    """A deployment's log filters: level (and above), stream, machine, pattern, a search."""
+    """A deployment's log filters: level (and above), stream, machine, pattern, a search, and
+    for the API the lines after a seq (to follow a log) and its order (oldest first)."""
 
+    list_name = "logs"
+    orders = both_ways("seq", "Oldest first", ("seq", "pk"))
+
+    after = forms.IntegerField(required=False, min_value=0)
     level = forms.ChoiceField(required=False, choices=[("", "any"), *LogLevel.choices])
     stream = forms.ChoiceField(required=False, choices=[("", "any"), *LogStream.choices])
     machine = forms.CharField(required=False)
@@ -260,6 +265,9 @@ class LogFilter(ListFilter):
 
     def filter_q(self, lines: QuerySet[LogLine], query: str) -> QuerySet[LogLine]:
         return lines.filter(text__icontains=query)
+
+    def filter_after(self, lines: QuerySet[LogLine], seq: int) -> QuerySet[LogLine]:
+        return lines.filter(seq__gt=seq)
 
 
 # A bulk action touches at most this many deployments at once (a page of the list).

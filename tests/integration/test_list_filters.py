@@ -201,3 +201,36 @@ def test_on_this_server_filters_sorts_and_says_when_nothing_matches(as_carol, db
     assert "No model files match these filters." in none
     ignored = as_carol.get("/models/on-this-server/?state=sleeping").content.decode()
     assert ">Qwen3 8B</a>" in ignored  # a bad value is left out on a page
+
+
+def test_a_deployments_log_lines_through_the_api_filter_page_and_follow(as_bob, as_dave, red):
+    from django.utils import timezone
+
+    from deployments.logs import write_lines
+
+    deployment = factories.make_deployment("logged", red)
+    now = timezone.now()
+    levels = ["INFO", "WARNING", "ERROR", "INFO", "INFO"]
+    write_lines(
+        deployment.pk, [(None, "stdout", lv, now, f"line {n} {lv}") for n, lv in enumerate(levels)]
+    )
+    url = f"/api/v1/deployments/{deployment.pk}/logs"
+    first = as_bob.get(f"{url}?limit=2").json()
+    assert [line["text"] for line in first["items"]] == ["line 0 INFO", "line 1 WARNING"]
+    rest = as_bob.get(f"{url}?limit=10&cursor={first['next_cursor']}").json()
+    assert [line["seq"] for line in rest["items"]] == [3, 4, 5] and rest["next_cursor"] is None
+    assert [line["text"] for line in as_bob.get(f"{url}?level=WARNING").json()["items"]] == [
+        "line 1 WARNING",
+        "line 2 ERROR",
+    ]
+    last_seen = rest["items"][-1]["seq"]
+    assert as_bob.get(f"{url}?after={last_seen}").json() == {"items": [], "next_cursor": None}
+    write_lines(deployment.pk, [(None, "stderr", "INFO", now, "a new one")])
+    (new,) = as_bob.get(f"{url}?after={last_seen}").json()["items"]  # following the log
+    assert (new["seq"], new["stream"], new["text"]) == (6, "stderr", "a new one")
+    newest = as_bob.get(f"{url}?sort=-seq&limit=1").json()["items"]
+    assert newest[0]["text"] == "a new one"
+    for query, field in (("after=-1", "after"), ("level=LOUD", "level"), ("colour=red", "colour")):
+        refused = as_bob.get(f"{url}?{query}")
+        assert refused.status_code == 400 and refused.json()["field"] == field
+    assert as_dave.get(url).status_code == 404  # not in the team
