@@ -14,6 +14,8 @@ from django.test import Client, testcases
 from console.models import Role
 from tests import factories
 
+FLUSH_ATTEMPTS = 15
+
 
 @pytest.fixture(scope="session", autouse=True)
 def teardown_flush_survives_a_deadlock():
@@ -23,13 +25,15 @@ def teardown_flush_survives_a_deadlock():
     original = testcases.TransactionTestCase._fixture_teardown
 
     def teardown(self):  # type: ignore[no-untyped-def]
-        for attempt in range(5):
+        # A loaded machine may lose several rounds in a row: up to about 10 s, waiting longer
+        # each time, before the teardown gives up.
+        for attempt in range(FLUSH_ATTEMPTS):
             try:
                 return original(self)
             except OperationalError as error:
-                if "deadlock detected" not in str(error) or attempt == 4:
+                if "deadlock detected" not in str(error) or attempt == FLUSH_ATTEMPTS - 1:
                     raise
-                time.sleep(0.2)
+                time.sleep(min(0.2 * (attempt + 1), 1.0))
 
     testcases.TransactionTestCase._fixture_teardown = teardown  # type: ignore[method-assign]
     yield
