@@ -25,15 +25,22 @@ from django.utils.dateparse import parse_date, parse_datetime
 
 from console import audit
 from console.access import is_platform_admin, team_roles
-from console.lists import FilterRefused, ListFilter, decode_cursor, encode_cursor
+from console.lists import (
+    MOST_PER_PAGE,
+    PAGE_SIZE,
+    FilterRefused,
+    ListFilter,
+    decode_cursor,
+    encode_cursor,
+)
 from console.models import AuditEntry, Team
 from deployments.choices import EventKind
 from deployments.models import Event
 from deployments.redaction import redact
 
 LIST_NAME = "events"
-PAGE_SIZE = 50
-MAX_LIMIT = 200
+# Rows per page and the API's most per page: the one rule of every list (console/lists.py).
+MAX_LIMIT = MOST_PER_PAGE
 NEWEST, OLDEST = "newest", "oldest"
 # What travels beside the filters: where a page starts and how long it is.
 PAGING = ("cursor", "limit")
