@@ -33,6 +33,11 @@ WEBHOOK_ENABLED = "webhook.enabled"
 WEBHOOK_DISABLED = "webhook.disabled"
 WEBHOOK_DELETED = "webhook.deleted"
 WEBHOOK_TESTED = "webhook.tested"
+EMAIL_ADDED = "email.added"
+EMAIL_ENABLED = "email.enabled"
+EMAIL_DISABLED = "email.disabled"
+EMAIL_DELETED = "email.deleted"
+EMAIL_TESTED = "email.tested"
 # Every one of them, in this order on the Events page's kind filter.
 ACTIONS = (
     API_KEY_ISSUED,
@@ -57,6 +62,11 @@ ACTIONS = (
     WEBHOOK_DISABLED,
     WEBHOOK_DELETED,
     WEBHOOK_TESTED,
+    EMAIL_ADDED,
+    EMAIL_ENABLED,
+    EMAIL_DISABLED,
+    EMAIL_DELETED,
+    EMAIL_TESTED,
 )
 
 

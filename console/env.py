@@ -136,3 +136,49 @@ def env_http_url(name: str) -> str:
             f"{name}={raw!r} is not an address: give one like https://berth.example.com."
         )
     return raw.rstrip("/")
+
+
+def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    word = raw.strip().lower()
+    if word not in choices:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not one of: {', '.join(choices)}.")
+    return word
+
+
+def env_secret(name: str) -> str:
+    """A secret from NAME, or from the file NAME_FILE names (for secret stores that mount
+    files): "" when neither is set. Never echoed in an error."""
+    file_name = f"{name}_FILE"
+    path = os.environ.get(file_name, "").strip()
+    if path and name in os.environ:
+        raise ImproperlyConfigured(f"Set {name} or {file_name}, not both.")
+    if not path:
+        return os.environ.get(name, "")
+    try:
+        with open(path, encoding="utf-8") as secret_file:
+            return secret_file.read().strip()
+    except OSError:
+        raise ImproperlyConfigured(
+            f"{file_name}={path!r} is not a readable file: give the secret file's path."
+        ) from None
+
+
+def env_email_address(name: str, *, needed_by: str) -> str:
+    """An e-mail address, required when the setting needed_by names is set ("" otherwise)."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        if needed_by and os.environ.get(needed_by, "").strip():
+            raise ImproperlyConfigured(
+                f"{name} is not set, and {needed_by} needs it: give the address notices "
+                "come from, e.g. berth@example.com."
+            )
+        return ""
+    local, at, domain = raw.rpartition("@")
+    if not (local and at and "." in domain) or any(c.isspace() for c in raw):
+        raise ImproperlyConfigured(
+            f"{name}={raw!r} is not an e-mail address: give one like berth@example.com."
+        )
+    return raw

@@ -10,12 +10,15 @@ from django.core.exceptions import ImproperlyConfigured
 from console.env import (
     database_from_url,
     env_bool,
+    env_choice,
+    env_email_address,
     env_executable,
     env_float,
     env_http_url,
     env_int,
     env_list,
     env_readable_file,
+    env_secret,
     env_str,
     redis_url,
 )
@@ -190,6 +193,19 @@ WEBHOOK_RETRY_BASE_S = env_float("BERTH_WEBHOOK_RETRY_BASE_S", 30.0, low=0.1, hi
 WEBHOOK_TIMEOUT_S = env_float("BERTH_WEBHOOK_TIMEOUT_S", 10.0, low=1, high=60)
 # Certificate authorities webhooks' servers are checked against (PEM); empty: the system's.
 WEBHOOK_CA_FILE = env_readable_file("BERTH_WEBHOOK_CA_FILE")
+# E-mail notifications go through this SMTP server, and only when BERTH_SMTP_HOST is set:
+# STARTTLS on 587 by default ("tls": TLS from the first byte, as on 465; "none": plain, for a
+# relay on the same host). The password comes from BERTH_SMTP_PASSWORD or the file
+# BERTH_SMTP_PASSWORD_FILE names, and is never shown or logged.
+SMTP_HOST = env_str("BERTH_SMTP_HOST", "").strip()
+SMTP_PORT = env_int("BERTH_SMTP_PORT", 587, low=1, high=65535)
+SMTP_SECURITY = env_choice("BERTH_SMTP_SECURITY", "starttls", ("starttls", "tls", "none"))
+SMTP_USER = env_str("BERTH_SMTP_USER", "").strip()
+SMTP_PASSWORD = env_secret("BERTH_SMTP_PASSWORD")
+SMTP_FROM = env_email_address("BERTH_SMTP_FROM", needed_by="BERTH_SMTP_HOST")
+SMTP_TIMEOUT_S = env_float("BERTH_SMTP_TIMEOUT_S", 10.0, low=1, high=60)
+# Certificate authorities the mail server is checked against (PEM); empty: the system's.
+SMTP_CA_FILE = env_readable_file("BERTH_SMTP_CA_FILE")
 # The console's address as people reach it, for links in notifications (empty: paths only).
 CONSOLE_URL = env_http_url("BERTH_CONSOLE_URL")
 # A copy must serve within base + per-GiB × model size (× 3 on unified-memory machines).

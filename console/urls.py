@@ -65,6 +65,32 @@ urlpatterns = [
         notifications.test_webhook,
         name="team_webhook_test",
     ),
+    path("teams/<slug:name>/notifications/email/", notifications.add_email, name="team_email_add"),
+    path(
+        "teams/<slug:name>/notifications/email/<int:pk>/",
+        notifications.email_log,
+        name="team_email_log",
+    ),
+    path(
+        "teams/<slug:name>/notifications/email/<int:pk>/enable/",
+        notifications.enable_email,
+        name="team_email_enable",
+    ),
+    path(
+        "teams/<slug:name>/notifications/email/<int:pk>/disable/",
+        notifications.disable_email,
+        name="team_email_disable",
+    ),
+    path(
+        "teams/<slug:name>/notifications/email/<int:pk>/delete/",
+        notifications.delete_email,
+        name="team_email_delete",
+    ),
+    path(
+        "teams/<slug:name>/notifications/email/<int:pk>/test/",
+        notifications.test_email,
+        name="team_email_test",
+    ),
     path("deployments/", include("deployments.urls")),
     path("models/", include("catalog.urls")),
     path("clusters/", include("clusters.urls")),

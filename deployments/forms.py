@@ -304,12 +304,8 @@ class BulkForm(forms.Form):
     confirmed = forms.BooleanField(required=False)
 
 
-class WebhookForm(forms.Form):
-    """A new webhook as typed; notifications.add_webhook checks the address and the role."""
-
-    name = forms.CharField(max_length=100, label="Name")
-    url = forms.CharField(max_length=2000, label="URL (https://…)")
-    events = forms.MultipleChoiceField(
+def notice_events_field() -> forms.MultipleChoiceField:
+    return forms.MultipleChoiceField(
         choices=[(e.value, e.label) for e in NOTIFICATION_SUBSCRIBABLE],
         widget=forms.CheckboxSelectMultiple,
         label="Tell it when a deployment",
@@ -318,4 +314,19 @@ class WebhookForm(forms.Form):
             "invalid_choice": "Unknown event “%(value)s”: choose failed, degraded or recovered.",
         },
     )
+
+
+class WebhookForm(forms.Form):
+    """A new webhook as typed; notifications.add_webhook checks the address and the role."""
+
+    name = forms.CharField(max_length=100, label="Name")
+    url = forms.CharField(max_length=2000, label="URL (https://…)")
+    events = notice_events_field()
     allow_private = forms.BooleanField(required=False, label="Allow private addresses")
+
+
+class EmailRecipientForm(forms.Form):
+    """A new e-mail address as typed; notifications.add_email checks it and the role."""
+
+    address = forms.CharField(max_length=254, label="E-mail address")
+    events = notice_events_field()

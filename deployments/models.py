@@ -362,11 +362,49 @@ class Webhook(models.Model):
         return event in self.events
 
 
+class EmailRecipient(models.Model):
+    """An address where a team hears by e-mail that a deployment failed, degraded or recovered."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="email_recipients")
+    address = models.EmailField(max_length=254)
+    events = models.JSONField(default=list, help_text="failed, degraded and/or recovered")
+    enabled = models.BooleanField(default=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["address", "pk"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["team", "address"], name="email_recipient_unique_in_team"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"e-mail address {self.address} of team {self.team.name}"
+
+    @property
+    def name(self) -> str:
+        """What the pages and audit rows call it, as a webhook is called by its name."""
+        return self.address
+
+    def wants(self, event: str) -> bool:
+        return event in self.events
+
+
 class Delivery(models.Model):
     """One notification to one webhook: its payload, and how its tries went."""
 
     # The row is the truth of the work: the delivery task claims it, beat sends again what is due.
-    webhook = models.ForeignKey(Webhook, on_delete=models.CASCADE, related_name="deliveries")
+    # Exactly one of the two: where this notice goes.
+    webhook = models.ForeignKey(
+        Webhook, on_delete=models.CASCADE, related_name="deliveries", null=True, blank=True
+    )
+    recipient = models.ForeignKey(
+        EmailRecipient, on_delete=models.CASCADE, related_name="deliveries", null=True, blank=True
+    )
     event = models.CharField(max_length=16, choices=NotificationEvent.choices)
     deployment = models.ForeignKey(
         Deployment, on_delete=models.SET_NULL, null=True, blank=True, related_name="deliveries"
@@ -383,6 +421,19 @@ class Delivery(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-pk"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(webhook__isnull=False, recipient__isnull=True)
+                | models.Q(webhook__isnull=True, recipient__isnull=False),
+                name="delivery_goes_to_one_destination",
+            )
+        ]
 
     def __str__(self) -> str:
-        return f"delivery {self.pk} of {self.event} to {self.webhook}"
+        return f"delivery {self.pk} of {self.event} to {self.destination}"
+
+    @property
+    def destination(self) -> Webhook | EmailRecipient:
+        destination = self.webhook or self.recipient
+        assert destination is not None  # the check constraint holds one
+        return destination

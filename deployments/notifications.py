@@ -1,7 +1,8 @@
-"""Telling a team that one of its deployments failed, degraded or recovered: its webhooks.
+"""Telling a team that one of its deployments failed, degraded or recovered: its webhooks and,
+when the server has SMTP settings, its e-mail addresses (together: its destinations).
 
-The doors for a team admin's changes to the team's webhooks (each checks the role, refuses bad
-input with words, writes one audit row), and the trigger transitions.py calls when a
+The doors for a team admin's changes to the team's destinations (each checks the role, refuses
+bad input with words, writes one audit row), and the trigger transitions.py calls when a
 deployment's state changes. A delivery is a row written in the same transaction as the state
 change and sent on commit (webhook_delivery.py), so that a state change and its notice are
 never half-written. Payloads carry no secret: no engine keys, tokens or kubeconfigs.
@@ -14,10 +15,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.validators import validate_email
 from django.db import IntegrityError, transaction
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.text import capfirst
 
 from console import audit, outbound
 from console.access import is_platform_admin
@@ -29,10 +32,32 @@ from deployments.choices import (
     EventKind,
     NotificationEvent,
 )
-from deployments.models import Delivery, Deployment, Event, Webhook
+from deployments.models import Delivery, Deployment, EmailRecipient, Event, Webhook
 
 NAME_MAX_LENGTH = 100
 EVENT_WORDS = "Choose one or more of: failed, degraded, recovered."
+NO_SMTP_WORDS = (
+    "This server sends no e-mail: a platform admin sets BERTH_SMTP_HOST and BERTH_SMTP_FROM "
+    '(README, "Notifications") first. Webhooks work without it.'
+)
+Destination = Webhook | EmailRecipient
+# The audit action of each change, by kind of destination.
+AUDIT_ACTIONS = {
+    Webhook: {
+        "added": audit.WEBHOOK_ADDED,
+        "enabled": audit.WEBHOOK_ENABLED,
+        "disabled": audit.WEBHOOK_DISABLED,
+        "deleted": audit.WEBHOOK_DELETED,
+        "tested": audit.WEBHOOK_TESTED,
+    },
+    EmailRecipient: {
+        "added": audit.EMAIL_ADDED,
+        "enabled": audit.EMAIL_ENABLED,
+        "disabled": audit.EMAIL_DISABLED,
+        "deleted": audit.EMAIL_DELETED,
+        "tested": audit.EMAIL_TESTED,
+    },
+}
 
 
 class NotificationRefused(Exception):
@@ -41,7 +66,11 @@ class NotificationRefused(Exception):
 
 def require_team_admin(actor: Any, team: Team) -> None:
     if not manages_team(actor, team):
-        raise PermissionDenied(f"Only admins of team {team.name} may change its webhooks.")
+        raise PermissionDenied(f"Only admins of team {team.name} may change its notifications.")
+
+
+def sends_email() -> bool:
+    return bool(settings.SMTP_HOST)
 
 
 # --- a team admin's changes ----------------------------------------------------------------
@@ -52,7 +81,7 @@ def checked_events(events: list[str]) -> list[str]:
     if unknown:
         raise NotificationRefused(f"Unknown event {', '.join(map(repr, unknown))}. {EVENT_WORDS}")
     if not events:
-        raise NotificationRefused(f"A webhook needs at least one event. {EVENT_WORDS}")
+        raise NotificationRefused(f"A notification needs at least one event. {EVENT_WORDS}")
     return [event for event in NOTIFICATION_SUBSCRIBABLE if event in events]
 
 
@@ -105,40 +134,89 @@ def add_webhook(
     return webhook, secret
 
 
-def set_enabled(actor: Any, webhook: Webhook, enabled: bool) -> str:
-    require_team_admin(actor, webhook.team)
-    if webhook.enabled == enabled:
-        return f"Webhook “{webhook.name}” already is {'enabled' if enabled else 'disabled'}."
+def add_email(actor: Any, team: Team, address: str, events: list[str]) -> EmailRecipient:
+    require_team_admin(actor, team)
+    if not sends_email():
+        raise NotificationRefused(NO_SMTP_WORDS)
+    address, events = checked_address(team, address), checked_events(events)
+    recipient = EmailRecipient(team=team, address=address, events=events, created_by=actor)
+    try:
+        with transaction.atomic():
+            recipient.save()
+            words = f"E-mail address {address} of team {team.name} was added ({', '.join(events)})."
+            audit.record(actor, audit.EMAIL_ADDED, target_of(recipient), words, team=team)
+    except IntegrityError:  # two admins adding one address at once
+        raise NotificationRefused(f"Team {team.name} already sends e-mail to {address}.") from None
+    return recipient
+
+
+def checked_address(team: Team, address: str) -> str:
+    address = address.strip()
+    try:
+        validate_email(address)
+    except ValidationError:
+        raise NotificationRefused(
+            f"“{address[:80]}” is not an e-mail address: give one like oncall@example.com."
+        ) from None
+    if team.email_recipients.filter(address__iexact=address).exists():
+        raise NotificationRefused(f"Team {team.name} already sends e-mail to {address}.")
+    return address
+
+
+def set_enabled(actor: Any, destination: Destination, enabled: bool) -> str:
+    require_team_admin(actor, destination.team)
+    what = capfirst(called(destination))
+    if destination.enabled == enabled:
+        return f"{what} already is {'enabled' if enabled else 'disabled'}."
     with transaction.atomic():
-        Webhook.objects.filter(pk=webhook.pk).update(enabled=enabled)
-        words = f"Webhook “{webhook.name}” was {'enabled' if enabled else 'disabled'}."
-        action = audit.WEBHOOK_ENABLED if enabled else audit.WEBHOOK_DISABLED
-        audit.record(actor, action, target_of(webhook), words, team=webhook.team)
+        type(destination).objects.filter(pk=destination.pk).update(enabled=enabled)
+        words = f"{what} was {'enabled' if enabled else 'disabled'}."
+        action = audit_action(destination, "enabled" if enabled else "disabled")
+        audit.record(actor, action, target_of(destination), words, team=destination.team)
     return words
 
 
-def delete_webhook(actor: Any, webhook: Webhook) -> str:
-    require_team_admin(actor, webhook.team)
+def delete_destination(actor: Any, destination: Destination) -> str:
+    require_team_admin(actor, destination.team)
     with transaction.atomic():
-        target = target_of(webhook)
-        webhook.delete()
-        words = f"Webhook “{webhook.name}” and its delivery log were deleted."
-        audit.record(actor, audit.WEBHOOK_DELETED, target, words, team=webhook.team)
+        target = target_of(destination)
+        destination.delete()
+        words = f"{capfirst(called(destination))} and its delivery log were deleted."
+        audit.record(
+            actor, audit_action(destination, "deleted"), target, words, team=destination.team
+        )
     return words
 
 
-def send_test(actor: Any, webhook: Webhook) -> str:
-    require_team_admin(actor, webhook.team)
-    payload = {"event": NotificationEvent.TEST.value, "team": webhook.team.name, "at": now_iso()}
+def send_test(actor: Any, destination: Destination) -> str:
+    require_team_admin(actor, destination.team)
+    if isinstance(destination, EmailRecipient) and not sends_email():
+        raise NotificationRefused(NO_SMTP_WORDS)
+    team = destination.team
+    payload = {"event": NotificationEvent.TEST.value, "team": team.name, "at": now_iso()}
     with transaction.atomic():
-        enqueue_delivery(webhook, NotificationEvent.TEST, None, payload)
-        words = f"A test notice is on its way to webhook “{webhook.name}”; see its delivery log."
-        audit.record(actor, audit.WEBHOOK_TESTED, target_of(webhook), words, team=webhook.team)
+        enqueue_delivery(destination, NotificationEvent.TEST, None, payload)
+        words = f"A test notice is on its way to {called(destination)}; see its delivery log."
+        audit.record(
+            actor, audit_action(destination, "tested"), target_of(destination), words, team=team
+        )
     return words
 
 
-def target_of(webhook: Webhook) -> str:
-    return f"team {webhook.team.name}: webhook {webhook.name}"
+def called(destination: Destination) -> str:
+    """How the words call it: webhook “on-call”, e-mail address oncall@example.com."""
+    if isinstance(destination, Webhook):
+        return f"webhook “{destination.name}”"
+    return f"e-mail address {destination.address}"
+
+
+def audit_action(destination: Destination, change: str) -> str:
+    return AUDIT_ACTIONS[type(destination)][change]
+
+
+def target_of(destination: Destination) -> str:
+    kind = "webhook" if isinstance(destination, Webhook) else "e-mail"
+    return f"team {destination.team.name}: {kind} {destination.name}"
 
 
 # --- the trigger -------------------------------------------------------------------------------
@@ -149,12 +227,20 @@ def on_state_change(deployment: Deployment, before: str, event: Event) -> None:
     kind = notice_of(deployment, event)
     if kind is None:
         return
-    webhooks = [w for w in deployment.team.webhooks.filter(enabled=True) if w.wants(kind)]
-    if not webhooks:
+    destinations = [d for d in destinations_of(deployment.team) if d.wants(kind)]
+    if not destinations:
         return
     payload = payload_of(deployment, before, kind)
-    for webhook in webhooks:
-        enqueue_delivery(webhook, kind, deployment, payload)
+    for destination in destinations:
+        enqueue_delivery(destination, kind, deployment, payload)
+
+
+def destinations_of(team: Team) -> list[Destination]:
+    """Its enabled webhooks, and its e-mail addresses while the server sends e-mail."""
+    found: list[Destination] = list(team.webhooks.filter(enabled=True))
+    if sends_email():
+        found += team.email_recipients.filter(enabled=True)
+    return found
 
 
 def notice_of(deployment: Deployment, event: Event) -> NotificationEvent | None:
@@ -207,10 +293,11 @@ def now_iso() -> str:
 
 
 def enqueue_delivery(
-    webhook: Webhook, kind: str, deployment: Deployment | None, payload: dict[str, Any]
+    destination: Destination, kind: str, deployment: Deployment | None, payload: dict[str, Any]
 ) -> Delivery:
     delivery = Delivery.objects.create(
-        webhook=webhook,
+        webhook=destination if isinstance(destination, Webhook) else None,
+        recipient=destination if isinstance(destination, EmailRecipient) else None,
         event=kind,
         deployment=deployment,
         deployment_name=deployment.name if deployment else "",

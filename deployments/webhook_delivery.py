@@ -1,4 +1,5 @@
-"""Sending a delivery to its webhook: claimed, signed, posted, and tried again when due.
+"""Sending a delivery to its destination: claimed, sent (a signed POST to a webhook, or an
+e-mail through the server's SMTP settings), and tried again when due.
 
 A try claims the row with a compare-and-set (pending and due), counts the attempt and pushes
 next_attempt_at past the try's longest time, so that a second task for the same row, or beat's
@@ -8,6 +9,8 @@ has passed. No Celery countdowns: beat's deliver_due_notifications picks up what
 Signature (README, "Notifications"): X-Berth-Timestamp is the Unix time of the try, and
 X-Berth-Signature is "sha256=" + hex HMAC-SHA256, keyed with the webhook's secret, of
 "<timestamp>.<raw body>". A receiver recomputes it and refuses old timestamps (replays).
+An e-mail carries the same facts in words (mail_words.py); its delivery log's status code is
+the SMTP server's reply to the message (250 when it took it).
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import hmac
 import http
 import json
 import logging
+import smtplib
+import ssl
 import time
 from datetime import timedelta
 
@@ -26,12 +31,15 @@ from django.db import transaction
 from django.utils import timezone
 
 from console import outbound
+from deployments import mail_words
 from deployments.choices import DeliveryState
-from deployments.models import Delivery
+from deployments.models import Delivery, Webhook
 
 log = logging.getLogger(__name__)
 BACKOFF_MAX_S = 3600.0
 DUE_PER_PASS = 200
+# The SMTP reply that a message was taken ("250 OK"), kept as its delivery's status code.
+SMTP_TAKEN = 250
 
 
 def signature(secret: str, timestamp: str, body: bytes) -> str:
@@ -50,8 +58,9 @@ def claim(delivery_id: int) -> Delivery | None:
     longest_try = timedelta(seconds=settings.WEBHOOK_TIMEOUT_S * 4 + 30)
     with transaction.atomic():
         delivery = (
-            Delivery.objects.select_for_update(skip_locked=True)
-            .select_related("webhook")
+            # of=self: the destinations are outer joins, which PostgreSQL cannot lock.
+            Delivery.objects.select_for_update(skip_locked=True, of=("self",))
+            .select_related("webhook", "recipient", "webhook__team", "recipient__team")
             .filter(pk=delivery_id, state=DeliveryState.PENDING, next_attempt_at__lte=now)
             .first()
         )
@@ -67,11 +76,11 @@ def deliver(delivery_id: int) -> None:
     delivery = claim(delivery_id)
     if delivery is None:
         return
-    if not delivery.webhook.enabled:
-        finish(delivery, DeliveryState.FAILED, None, "The webhook was disabled before it was sent.")
+    if not delivery.destination.enabled:
+        finish(delivery, DeliveryState.FAILED, None, "It was disabled before it was sent.")
         return
     status, error = try_once(delivery)
-    if status is not None and 200 <= status < 300:
+    if not error:
         finish(delivery, DeliveryState.DELIVERED, status, "")
     elif delivery.attempts >= settings.WEBHOOK_ATTEMPTS:
         finish(delivery, DeliveryState.FAILED, status, f"{error} Gave up after {tries(delivery)}.")
@@ -80,9 +89,14 @@ def deliver(delivery_id: int) -> None:
 
 
 def try_once(delivery: Delivery) -> tuple[int | None, str]:
-    """POST the delivery once: the status code (None without an answer) and words for a
-    failure (empty for a 2xx)."""
-    webhook = delivery.webhook
+    """Send the delivery once: the status code (None without an answer) and words for a
+    failure (empty when it was taken)."""
+    if isinstance(delivery.destination, Webhook):
+        return post_once(delivery, delivery.destination)
+    return mail_once(delivery)
+
+
+def post_once(delivery: Delivery, webhook: Webhook) -> tuple[int | None, str]:
     body = json.dumps(delivery.payload, separators=(",", ":")).encode()
     timestamp = str(int(time.time()))
     headers = {
@@ -101,6 +115,50 @@ def try_once(delivery: Delivery) -> tuple[int | None, str]:
     except (httpcore.NetworkError, httpcore.ProtocolError, OSError) as error:
         return None, f"Could not reach {webhook.url}: {error or type(error).__name__}."
     return answer.status, words_for_status(answer.status)
+
+
+def mail_once(delivery: Delivery) -> tuple[int | None, str]:
+    if not settings.SMTP_HOST:
+        return None, "This server no longer has SMTP settings (BERTH_SMTP_HOST)."
+    assert delivery.recipient is not None
+    message = mail_words.message_of(delivery.payload, delivery.recipient.address)
+    where = f"{settings.SMTP_HOST}:{settings.SMTP_PORT}"
+    try:
+        with smtp_connection() as smtp:
+            smtp.send_message(message)
+    except smtplib.SMTPRecipientsRefused as refused:
+        [(code, reply)] = refused.recipients.values()
+        return code, f"The mail server {where} refused the address: {code} {reply.decode()}."
+    except smtplib.SMTPAuthenticationError as refused:
+        return refused.smtp_code, f"The mail server {where} refused the login (BERTH_SMTP_USER)."
+    except smtplib.SMTPResponseException as refused:
+        words = refused.smtp_error.decode(errors="replace")
+        return refused.smtp_code, f"The mail server {where} answered {refused.smtp_code} {words}."
+    except (smtplib.SMTPException, OSError) as error:
+        return None, f"Could not reach the mail server {where}: {error or type(error).__name__}."
+    return SMTP_TAKEN, ""
+
+
+def smtp_connection() -> smtplib.SMTP:
+    """A connected, logged-in SMTP session as the settings ask (STARTTLS, TLS or plain)."""
+    timeout = settings.SMTP_TIMEOUT_S
+    context = ssl.create_default_context(cafile=settings.SMTP_CA_FILE or None)
+    smtp: smtplib.SMTP
+    if settings.SMTP_SECURITY == "tls":
+        smtp = smtplib.SMTP_SSL(
+            settings.SMTP_HOST, settings.SMTP_PORT, timeout=timeout, context=context
+        )
+    else:
+        smtp = smtplib.SMTP(settings.SMTP_HOST, settings.SMTP_PORT, timeout=timeout)
+    try:
+        if settings.SMTP_SECURITY == "starttls":
+            smtp.starttls(context=context)
+        if settings.SMTP_USER:
+            smtp.login(settings.SMTP_USER, settings.SMTP_PASSWORD)
+    except BaseException:
+        smtp.close()
+        raise
+    return smtp
 
 
 def words_for_status(status: int) -> str:

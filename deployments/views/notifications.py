@@ -1,5 +1,6 @@
-"""A team's notifications page: its webhooks and their delivery logs. Every member sees them;
-the team's admins add, disable, enable, delete and test them (deployments/notifications.py)."""
+"""A team's notifications page: its webhooks, its e-mail addresses and their delivery logs.
+Every member sees them; the team's admins add, disable, enable, delete and test them
+(deployments/notifications.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
@@ -18,8 +20,8 @@ from console.models import Team
 from console.team_actions import manages_team
 from console.views.teams import get_team
 from deployments import notifications
-from deployments.forms import WebhookForm
-from deployments.models import Webhook
+from deployments.forms import EmailRecipientForm, WebhookForm
+from deployments.models import EmailRecipient, Webhook
 
 DELIVERY_LOG_LENGTH = 50
 
@@ -31,15 +33,29 @@ def get_webhook(team: Team, pk: int) -> Webhook:
     return webhook
 
 
+def get_recipient(team: Team, pk: int) -> EmailRecipient:
+    recipient = team.email_recipients.filter(pk=pk).first()
+    if recipient is None:
+        raise Http404("No such e-mail address in this team.")
+    return recipient
+
+
 def webhooks_page(
-    request: HttpRequest, team: Team, form: WebhookForm, **extra: Any
+    request: HttpRequest,
+    team: Team,
+    form: WebhookForm | None = None,
+    email_form: EmailRecipientForm | None = None,
+    **extra: Any,
 ) -> HttpResponse:
     context = {
         "team": team,
         "webhooks": team.webhooks.all(),
+        "recipients": team.email_recipients.all(),
+        "sends_email": notifications.sends_email(),
         "manages": manages_team(request.user, team),
         "staff": is_platform_admin(request.user),
-        "form": form,
+        "form": form or WebhookForm(),
+        "email_form": email_form or EmailRecipientForm(),
         **extra,
     }
     return render(request, "deployments/webhooks.html", context)
@@ -62,51 +78,128 @@ def webhooks(request: HttpRequest, name: str) -> HttpResponse:
     except notifications.NotificationRefused as refused:
         form.add_error(None, str(refused))
         return webhooks_page(request, team, form)
-    return webhooks_page(request, team, WebhookForm(), new_webhook=webhook, new_secret=secret)
+    return webhooks_page(request, team, new_webhook=webhook, new_secret=secret)
+
+
+@require_POST
+def add_email(request: HttpRequest, name: str) -> HttpResponse:
+    team = get_team(request.user, name)
+    notifications.require_team_admin(request.user, team)
+    form = EmailRecipientForm(request.POST)
+    if not form.is_valid():
+        return webhooks_page(request, team, email_form=form)
+    data = form.cleaned_data
+    try:
+        recipient = notifications.add_email(request.user, team, data["address"], data["events"])
+    except notifications.NotificationRefused as refused:
+        form.add_error(None, str(refused))
+        return webhooks_page(request, team, email_form=form)
+    messages.success(request, f"Notices now go to {recipient.address} too.")
+    return redirect("team_webhooks", name=name)
 
 
 @require_GET
 def delivery_log(request: HttpRequest, name: str, pk: int) -> HttpResponse:
     team = get_team(request.user, name)
-    webhook = get_webhook(team, pk)
+    return log_page(request, team, get_webhook(team, pk))
+
+
+@require_GET
+def email_log(request: HttpRequest, name: str, pk: int) -> HttpResponse:
+    team = get_team(request.user, name)
+    return log_page(request, team, get_recipient(team, pk))
+
+
+def log_page(
+    request: HttpRequest, team: Team, destination: notifications.Destination
+) -> HttpResponse:
     context = {
         "team": team,
-        "webhook": webhook,
-        "deliveries": webhook.deliveries.all()[:DELIVERY_LOG_LENGTH],
+        "destination": destination,
+        "is_webhook": isinstance(destination, Webhook),
+        "test_url": test_url_of(team, destination),
+        "deliveries": destination.deliveries.all()[:DELIVERY_LOG_LENGTH],
         "manages": manages_team(request.user, team),
     }
     return render(request, "deployments/webhook_log.html", context)
 
 
-def change(request: HttpRequest, name: str, pk: int, act: Callable[[Webhook], str]) -> Webhook:
-    """Run a team admin's change to one webhook and say what it did."""
+def test_url_of(team: Team, destination: notifications.Destination) -> str:
+    kind = "webhook" if isinstance(destination, Webhook) else "email"
+    return reverse(f"team_{kind}_test", args=[team.name, destination.pk])
+
+
+Getter = Callable[[Team, int], notifications.Destination]
+Act = Callable[[notifications.Destination], str]
+
+
+def change(request: HttpRequest, name: str, pk: int, get: Getter, act: Act) -> None:
+    """Run a team admin's change to one destination and say what it did, or why not."""
     team = get_team(request.user, name)
-    webhook = get_webhook(team, pk)
+    destination = get(team, pk)
     if not manages_team(request.user, team):
-        raise PermissionDenied(f"Only admins of team {team.name} may change its webhooks.")
-    messages.success(request, act(webhook))
-    return webhook
+        raise PermissionDenied(f"Only admins of team {team.name} may change its notifications.")
+    try:
+        messages.success(request, act(destination))
+    except notifications.NotificationRefused as refused:
+        messages.error(request, str(refused))
+
+
+def enabling(request: HttpRequest, enabled: bool) -> Act:
+    return lambda destination: notifications.set_enabled(request.user, destination, enabled)
+
+
+def deleting(request: HttpRequest) -> Act:
+    return lambda destination: notifications.delete_destination(request.user, destination)
+
+
+def testing(request: HttpRequest) -> Act:
+    return lambda destination: notifications.send_test(request.user, destination)
 
 
 @require_POST
 def enable_webhook(request: HttpRequest, name: str, pk: int) -> HttpResponse:
-    change(request, name, pk, lambda w: notifications.set_enabled(request.user, w, True))
+    change(request, name, pk, get_webhook, enabling(request, True))
     return redirect("team_webhooks", name=name)
 
 
 @require_POST
 def disable_webhook(request: HttpRequest, name: str, pk: int) -> HttpResponse:
-    change(request, name, pk, lambda w: notifications.set_enabled(request.user, w, False))
+    change(request, name, pk, get_webhook, enabling(request, False))
     return redirect("team_webhooks", name=name)
 
 
 @require_POST
 def delete_webhook(request: HttpRequest, name: str, pk: int) -> HttpResponse:
-    change(request, name, pk, lambda w: notifications.delete_webhook(request.user, w))
+    change(request, name, pk, get_webhook, deleting(request))
     return redirect("team_webhooks", name=name)
 
 
 @require_POST
 def test_webhook(request: HttpRequest, name: str, pk: int) -> HttpResponse:
-    change(request, name, pk, lambda w: notifications.send_test(request.user, w))
+    change(request, name, pk, get_webhook, testing(request))
     return redirect("team_webhook_log", name=name, pk=pk)
+
+
+@require_POST
+def enable_email(request: HttpRequest, name: str, pk: int) -> HttpResponse:
+    change(request, name, pk, get_recipient, enabling(request, True))
+    return redirect("team_webhooks", name=name)
+
+
+@require_POST
+def disable_email(request: HttpRequest, name: str, pk: int) -> HttpResponse:
+    change(request, name, pk, get_recipient, enabling(request, False))
+    return redirect("team_webhooks", name=name)
+
+
+@require_POST
+def delete_email(request: HttpRequest, name: str, pk: int) -> HttpResponse:
+    change(request, name, pk, get_recipient, deleting(request))
+    return redirect("team_webhooks", name=name)
+
+
+@require_POST
+def test_email(request: HttpRequest, name: str, pk: int) -> HttpResponse:
+    change(request, name, pk, get_recipient, testing(request))
+    return redirect("team_email_log", name=name, pk=pk)

@@ -31,7 +31,15 @@ from console.models import Role
 from deployments.choices import LogLevel, LogStream
 from deployments.guard import state_change_allowed
 from deployments.logs import write_lines
-from deployments.models import Copy, Delivery, Deployment, Event, Reservation, Webhook
+from deployments.models import (
+    Copy,
+    Delivery,
+    Deployment,
+    EmailRecipient,
+    Event,
+    Reservation,
+    Webhook,
+)
 from tests import factories
 from tests.e2e.test_navigation import log_in
 from tests.integration.test_lifecycle import on_this_server, simulated_cluster
@@ -52,6 +60,11 @@ NOT_PAGES = {
     "team_webhook_disable": "POST only",
     "team_webhook_delete": "POST only",
     "team_webhook_test": "POST only",
+    "team_email_add": "POST only (the notifications page holds its form)",
+    "team_email_enable": "POST only",
+    "team_email_disable": "POST only",
+    "team_email_delete": "POST only",
+    "team_email_test": "POST only",
     "export_events": "a download (text/csv), not a page",
     "deployment_bulk": "POST only (its answer, the confirmation page, lists the chosen rows)",
     "account_password": "POST only",
@@ -111,7 +124,7 @@ class Visit:
 
 def pages_to_open(seed: dict[str, Any]) -> list[Visit]:
     d, c, m = seed["deployment"].pk, seed["cluster"].pk, seed["model"].pk
-    w = seed["webhook"].pk
+    w, r = seed["webhook"].pk, seed["recipient"].pk
     return [
         Visit("login", "", "/login/"),
         Visit("deployment_list", "bob", "/deployments/"),
@@ -139,6 +152,7 @@ def pages_to_open(seed: dict[str, Any]) -> list[Visit]:
         Visit("team_detail", "alice", "/teams/research-platform/"),  # an admin's controls
         Visit("team_webhooks", "alice", "/teams/research-platform/notifications/"),
         Visit("team_webhook_log", "alice", f"/teams/research-platform/notifications/{w}/"),
+        Visit("team_email_log", "alice", f"/teams/research-platform/notifications/email/{r}/"),
         Visit("platform_status", "alice", "/status/"),
         Visit("admin:index", "alice", "/admin/"),
         Visit(ADMIN_CHANGELIST, "alice", "/admin/deployments/deployment/"),
@@ -158,7 +172,13 @@ class _Row:
 
 
 def test_every_named_page_is_opened_or_excluded_with_a_reason():
-    fake_seed = {"deployment": _Row(), "cluster": _Row(), "model": _Row(), "webhook": _Row()}
+    fake_seed = {
+        "deployment": _Row(),
+        "cluster": _Row(),
+        "model": _Row(),
+        "webhook": _Row(),
+        "recipient": _Row(),
+    }
     opened = {visit.name for visit in pages_to_open(fake_seed)} | set(REACHED_ON_THE_WAY)
     missing, both = [], []
     for name in url_names(get_resolver().url_patterns):
@@ -191,7 +211,16 @@ def seed_content() -> dict[str, Any]:
     log_lines(serving)
     keys.issue(bob, "ci-pipeline-deploys", expires_in_days=90)
     webhook = a_webhook_with_deliveries(team, serving)
-    return {"deployment": serving, "cluster": cluster, "model": tiny, "webhook": webhook}
+    recipient = EmailRecipient.objects.create(
+        team=team, address="ml-platform-oncall@example.com", events=["failed", "degraded"]
+    )
+    return {
+        "deployment": serving,
+        "cluster": cluster,
+        "model": tiny,
+        "webhook": webhook,
+        "recipient": recipient,
+    }
 
 
 def a_webhook_with_deliveries(team, deployment: Deployment) -> Webhook:

@@ -13,7 +13,7 @@ from console import audit, crypto
 from console.models import AuditEntry, Role
 from deployments import notifications, transitions
 from deployments.choices import DeploymentState as S
-from deployments.models import Delivery, Webhook
+from deployments.models import Delivery, EmailRecipient, Webhook
 from tests import factories
 
 pytestmark = pytest.mark.django_db
@@ -138,7 +138,7 @@ def test_operators_and_viewers_see_webhooks_and_their_log_but_no_controls(who, b
     client = client_of({"bob": bob, "carol": carol}[who])
     page = text(client.get("/teams/red/notifications/"))
     assert "ops" in page and PUBLIC_URL in page
-    assert "Only the team's admins add, change and test its webhooks." in page
+    assert "Only the team's admins add, change and test its notifications." in page
     for control in ("Add webhook", "Send a test", "Disable", "Delete"):
         assert control not in page
     assert client.get(f"/teams/red/notifications/{webhook.pk}/").status_code == 200
@@ -256,3 +256,144 @@ def test_the_console_url_leads_the_link_when_set(settings, red, red_deployment):
     transitions.move_deployment(red_deployment.pk, S.FAILED)
     url = Delivery.objects.get().payload["url"]
     assert url == f"https://berth.example.com/deployments/{red_deployment.pk}/"
+
+
+# --- e-mail ------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def smtp(settings):
+    """This server sends e-mail (the delivery itself: test_email_delivery.py)."""
+    settings.SMTP_HOST, settings.SMTP_FROM = "mail.example.com", "berth@example.com"
+
+
+def add_email(client, **fields):
+    form = {"address": "oncall@example.com", "events": ["failed", "recovered"], **fields}
+    return client.post("/teams/red/notifications/email/", form, follow=True)
+
+
+def test_an_admin_adds_an_email_address_with_an_audit_row(smtp, as_erin, erin, red):
+    page = text(add_email(as_erin))
+    assert "Notices now go to oncall@example.com too." in page
+    assert 'id="email-' in page and "oncall@example.com" in page
+    recipient = EmailRecipient.objects.get()
+    assert (recipient.team, recipient.events, recipient.enabled) == (
+        red,
+        ["failed", "recovered"],
+        True,
+    )
+    row = AuditEntry.objects.get(action=audit.EMAIL_ADDED)
+    assert (row.actor, row.team, row.target) == (erin, red, "team red: e-mail oncall@example.com")
+
+
+@pytest.mark.parametrize(
+    "fields,words",
+    [
+        ({"address": "not-an-address"}, "“not-an-address” is not an e-mail address: give one"),
+        ({"address": "two@@example.com"}, "“two@@example.com” is not an e-mail address"),
+        ({"address": ""}, "This field is required."),
+        ({"address": "a" * 250 + "@x.io"}, "Ensure this value has at most 254 characters"),
+        ({"events": ["exploded"]}, "Unknown event “exploded”: choose failed, degraded or"),
+        ({"events": []}, "Choose at least one event: failed, degraded or recovered."),
+    ],
+)
+def test_bad_addresses_and_events_are_refused_with_words(smtp, as_erin, fields, words):
+    page = text(add_email(as_erin, **fields))
+    assert words in page
+    assert not EmailRecipient.objects.exists() and not AuditEntry.objects.exists()
+
+
+def test_an_address_the_team_already_has_is_refused_whatever_its_case(smtp, as_erin):
+    add_email(as_erin)
+    page = text(add_email(as_erin, address="OnCall@example.com"))
+    assert "Team red already sends e-mail to OnCall@example.com." in page
+    assert EmailRecipient.objects.count() == 1
+
+
+def test_without_smtp_settings_the_page_says_so_and_adding_is_refused(as_erin, erin, red):
+    page = text(as_erin.get("/teams/red/notifications/"))
+    assert (
+        "This server sends no e-mail yet: a platform admin sets <code>BERTH_SMTP_HOST</code>"
+        in page
+    )
+    assert "Add e-mail address" not in page
+    assert "This server sends no e-mail: a platform admin sets BERTH_SMTP_HOST" in text(
+        add_email(as_erin)
+    )
+    with pytest.raises(notifications.NotificationRefused, match="sends no e-mail"):
+        notifications.add_email(erin, red, "oncall@example.com", ["failed"])
+    assert not EmailRecipient.objects.exists()
+
+
+def test_operators_see_addresses_but_cannot_change_them(smtp, bob, red):
+    recipient = EmailRecipient.objects.create(
+        team=red, address="ops@example.com", events=["failed"]
+    )
+    client = client_of(bob)
+    page = text(client.get("/teams/red/notifications/"))
+    assert "ops@example.com" in page and "Add e-mail address" not in page
+    assert client.get(f"/teams/red/notifications/email/{recipient.pk}/").status_code == 200
+    for action in ("disable", "delete", "test"):
+        url = f"/teams/red/notifications/email/{recipient.pk}/{action}/"
+        assert client.post(url).status_code == 403
+    assert add_email(client).status_code == 403
+    assert EmailRecipient.objects.get().enabled and not Delivery.objects.exists()
+
+
+def test_an_outsider_gets_not_found_for_an_address(smtp, as_dave, red):
+    recipient = EmailRecipient.objects.create(
+        team=red, address="ops@example.com", events=["failed"]
+    )
+    assert as_dave.get(f"/teams/red/notifications/email/{recipient.pk}/").status_code == 404
+    url = f"/teams/red/notifications/email/{recipient.pk}/delete/"
+    assert as_dave.post(url).status_code == 404 and EmailRecipient.objects.exists()
+
+
+def test_an_admin_disables_enables_tests_and_deletes_an_address_with_audit_rows(smtp, as_erin, red):
+    recipient = EmailRecipient.objects.create(
+        team=red, address="ops@example.com", events=["failed"]
+    )
+    base = f"/teams/red/notifications/email/{recipient.pk}"
+    assert "E-mail address ops@example.com was disabled." in text(
+        as_erin.post(f"{base}/disable/", follow=True)
+    )
+    as_erin.post(f"{base}/enable/")
+    page = text(as_erin.post(f"{base}/test/", follow=True))
+    assert "A test notice is on its way to e-mail address ops@example.com; see its" in page
+    assert "E-mail to ops@example.com" in page and 'id="delivery-' in page
+    delivery = Delivery.objects.get()
+    assert (delivery.recipient, delivery.webhook, delivery.event) == (recipient, None, "test")
+    as_erin.post(f"{base}/delete/")
+    assert not EmailRecipient.objects.exists() and not Delivery.objects.exists()
+    actions = list(AuditEntry.objects.order_by("pk").values_list("action", flat=True))
+    assert actions == [
+        audit.EMAIL_DISABLED,
+        audit.EMAIL_ENABLED,
+        audit.EMAIL_TESTED,
+        audit.EMAIL_DELETED,
+    ]
+
+
+def test_a_test_to_an_address_is_refused_in_words_once_smtp_is_gone(settings, as_erin, red):
+    recipient = EmailRecipient.objects.create(
+        team=red, address="ops@example.com", events=["failed"]
+    )
+    page = text(as_erin.post(f"/teams/red/notifications/email/{recipient.pk}/test/", follow=True))
+    assert "This server sends no e-mail: a platform admin sets BERTH_SMTP_HOST" in page
+    assert not Delivery.objects.exists()
+
+
+def test_a_failure_is_owed_to_wanting_addresses_only_while_the_server_sends_email(
+    settings, red, red_deployment
+):
+    wants = EmailRecipient.objects.create(team=red, address="a@example.com", events=["failed"])
+    EmailRecipient.objects.create(team=red, address="b@example.com", events=["recovered"])
+    EmailRecipient.objects.create(
+        team=red, address="c@example.com", events=["failed"], enabled=False
+    )
+    transitions.move_deployment(red_deployment.pk, S.FAILED)
+    assert not Delivery.objects.exists()  # no SMTP settings: nothing is owed
+    settings.SMTP_HOST, settings.SMTP_FROM = "mail.example.com", "berth@example.com"
+    transitions.move_deployment(red_deployment.pk, S.REQUESTED)
+    transitions.move_deployment(red_deployment.pk, S.FAILED)
+    assert list(Delivery.objects.values_list("recipient", flat=True)) == [wants.pk]

@@ -99,6 +99,19 @@ def test_good_settings_start():
             "/tmp",
             "BERTH_LLAMA_SERVER_BIN='/tmp' is not an executable file",
         ),
+        ("BERTH_SMTP_PORT", "0", "BERTH_SMTP_PORT=0 is outside 1..65535"),
+        ("BERTH_SMTP_PORT", "smtp", "BERTH_SMTP_PORT='smtp' is not a whole number"),
+        ("BERTH_SMTP_SECURITY", "ssl", "BERTH_SMTP_SECURITY='ssl' is not one of: starttls, tls,"),
+        ("BERTH_SMTP_FROM", "berth", "BERTH_SMTP_FROM='berth' is not an e-mail address"),
+        ("BERTH_SMTP_FROM", "a b@example.com", "BERTH_SMTP_FROM='a b@example.com' is not an e-"),
+        ("BERTH_SMTP_HOST", "mail.example.com", "BERTH_SMTP_FROM is not set, and BERTH_SMTP_HOST"),
+        (
+            "BERTH_SMTP_PASSWORD_FILE",
+            "/no/such/password",
+            "BERTH_SMTP_PASSWORD_FILE='/no/such/password' is not a readable file",
+        ),
+        ("BERTH_SMTP_TIMEOUT_S", "0", "BERTH_SMTP_TIMEOUT_S=0 is outside 1..60"),
+        ("BERTH_SMTP_CA_FILE", "/no/such/ca.pem", "BERTH_SMTP_CA_FILE='/no/such/ca.pem' is not a"),
     ],
 )
 def test_a_malformed_value_fails_start_up_naming_the_variable(variable, value, expected):
@@ -120,3 +133,24 @@ def test_a_heartbeat_staleness_under_two_intervals_fails_start_up_saying_why():
         "BERTH_HEARTBEAT_STALE_S=15 is less than twice BERTH_HEARTBEAT_EVERY_S=10: a part would "
         "read as down between two of its heartbeats."
     ) in result.stderr
+
+
+def test_an_smtp_password_given_twice_fails_start_up_without_showing_it(tmp_path):
+    secret_file = tmp_path / "smtp-password"
+    secret_file.write_text("file-password")
+    result = start_with(
+        BERTH_SMTP_PASSWORD="env-password", BERTH_SMTP_PASSWORD_FILE=str(secret_file)
+    )
+    assert result.returncode != 0
+    assert "Set BERTH_SMTP_PASSWORD or BERTH_SMTP_PASSWORD_FILE, not both." in result.stderr
+    assert "env-password" not in result.stderr and "file-password" not in result.stderr
+
+
+def test_good_smtp_settings_start():
+    result = start_with(
+        BERTH_SMTP_HOST="mail.example.com",
+        BERTH_SMTP_FROM="berth@example.com",
+        BERTH_SMTP_SECURITY="TLS",
+        BERTH_SMTP_PORT="465",
+    )
+    assert result.returncode == 0, result.stderr
