@@ -1,0 +1,10 @@
+"""The `berth` command line, built on BerthClient: `berth --help` lists its commands."""
+
+from __future__ import annotations
+
+from . import chat, deployments, placement, session  # noqa: F401 - each adds its commands
+from .app import cli
+
+
+def main() -> None:
+    cli(prog_name="berth")

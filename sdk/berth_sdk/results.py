@@ -1,0 +1,541 @@
+"""Typed results: what the console's API answers, as frozen dataclasses.
+
+Each class reads the API's JSON with `from_api`, which takes the fields it knows and leaves any
+newer ones aside, so that an older client keeps working against a newer console. Memory is in
+GiB (2^30 bytes) in fields ending in `_gb`, as the API gives it, and in bytes where it says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+GIB = 2**30
+Json = Mapping[str, Any]
+
+
+class DeploymentStatus(enum.StrEnum):
+    """A deployment's state, as the console names it."""
+
+    REQUESTED = "REQUESTED"
+    DEPLOYING = "DEPLOYING"
+    INITIALIZING = "INITIALIZING"
+    DEPLOYED = "DEPLOYED"
+    DEGRADED = "DEGRADED"
+    STOPPING = "STOPPING"
+    STOPPED = "STOPPED"
+    ERROR = "ERROR"
+    FAILED = "FAILED"
+    MUST_REDOWNLOAD = "MUST_REDOWNLOAD"
+
+    @property
+    def is_ready(self) -> bool:
+        """Every wanted copy serves."""
+        return self is DeploymentStatus.DEPLOYED
+
+    @property
+    def is_failed(self) -> bool:
+        """A failure the waiting functions give up on (ERROR is retried by the console itself,
+        and may still pass: wait again to see it through)."""
+        return self in FAILED_STATES
+
+    @property
+    def is_stopped(self) -> bool:
+        return self in (DeploymentStatus.STOPPING, DeploymentStatus.STOPPED)
+
+
+FAILED_STATES = frozenset(
+    {DeploymentStatus.FAILED, DeploymentStatus.ERROR, DeploymentStatus.MUST_REDOWNLOAD}
+)
+
+
+def moment(value: Any) -> datetime | None:
+    return datetime.fromisoformat(value) if value else None
+
+
+def plain(value: Any) -> Any:
+    """A result as JSON-ready data: dataclasses as dicts, times in ISO 8601, states as text."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, Mapping):
+        return {str(key): plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(item) for item in value]
+    return value
+
+
+# --- deployments ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeploymentCopy:
+    """One copy of a deployment: where it runs and how it is doing."""
+
+    ordinal: int
+    state: str
+    topology: str
+    node_name: str | None
+    gpu_indexes: list[int]
+    mig_profile: str | None
+    gpu_vendor: str | None
+    hardware_class: str | None
+    sharing_class: str | None
+    allocated_capacity_gb: float
+    gpu_memory_utilization: float | None
+    attempts: int
+    pending_reason: str
+    last_error_code: str | None
+    last_error_message: str
+    last_error_at: datetime | None
+
+    @classmethod
+    def from_api(cls, data: Json) -> DeploymentCopy:
+        return cls(
+            ordinal=int(data["ordinal"]),
+            state=str(data["state"]),
+            topology=str(data["topology"]),
+            node_name=data.get("node_name"),
+            gpu_indexes=[int(index) for index in data.get("gpu_indexes", [])],
+            mig_profile=data.get("mig_profile"),
+            gpu_vendor=data.get("gpu_vendor"),
+            hardware_class=data.get("hardware_class"),
+            sharing_class=data.get("sharing_class"),
+            allocated_capacity_gb=float(data.get("allocated_capacity_gb", 0.0)),
+            gpu_memory_utilization=data.get("gpu_memory_utilization"),
+            attempts=int(data.get("attempts", 0)),
+            pending_reason=str(data.get("pending_reason", "")),
+            last_error_code=data.get("last_error_code"),
+            last_error_message=str(data.get("last_error_message", "")),
+            last_error_at=moment(data.get("last_error_at")),
+        )
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """A model hosted on a cluster in one or more copies."""
+
+    id: int
+    name: str
+    team: str
+    model: str
+    variant: str
+    cluster: str
+    engine: str
+    revision: str
+    accelerators_per_copy: float
+    copies_wanted: int
+    copies_ready: int
+    engine_settings: dict[str, Any]
+    chat_name: str
+    reply_wait_s: int | None
+    state: DeploymentStatus
+    last_message: str
+    last_checked_at: datetime | None
+    last_error_code: str | None
+    last_error_message: str
+    last_error_at: datetime | None
+    notices: list[str]
+    created_by: str | None
+    created_at: datetime | None
+    copies: list[DeploymentCopy]
+
+    @property
+    def served_as(self) -> str:
+        """The `model` a gateway request names: the chat name, else the deployment's name."""
+        return self.chat_name or self.name
+
+    @classmethod
+    def from_api(cls, data: Json) -> Deployment:
+        return cls(
+            id=int(data["id"]),
+            name=str(data["name"]),
+            team=str(data.get("team", "")),
+            model=str(data.get("model", "")),
+            variant=str(data.get("variant", "")),
+            cluster=str(data.get("cluster", "")),
+            engine=str(data.get("engine", "")),
+            revision=str(data.get("revision", "")),
+            accelerators_per_copy=float(data.get("accelerators_per_copy", 1)),
+            copies_wanted=int(data.get("copies_wanted", 0)),
+            copies_ready=int(data.get("copies_ready", 0)),
+            engine_settings=dict(data.get("engine_settings") or {}),
+            chat_name=str(data.get("chat_name", "")),
+            reply_wait_s=data.get("reply_wait_s"),
+            state=DeploymentStatus(data["state"]),
+            last_message=str(data.get("last_message", "")),
+            last_checked_at=moment(data.get("last_checked_at")),
+            last_error_code=data.get("last_error_code"),
+            last_error_message=str(data.get("last_error_message", "")),
+            last_error_at=moment(data.get("last_error_at")),
+            notices=[str(notice) for notice in data.get("notices", [])],
+            created_by=data.get("created_by"),
+            created_at=moment(data.get("created_at")),
+            copies=[DeploymentCopy.from_api(copy) for copy in data.get("copies", [])],
+        )
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What the console chose for a field the request left out, and why."""
+
+    value: str
+    why: str
+
+
+@dataclass(frozen=True)
+class HostedDeployment:
+    """The console's answer to a new deployment: recorded, placing goes on in the background."""
+
+    id: int
+    state: DeploymentStatus
+    chosen: dict[str, Choice] = field(default_factory=dict)
+
+    @classmethod
+    def from_api(cls, data: Json) -> HostedDeployment:
+        chosen = {
+            name: Choice(str(choice["value"]), str(choice["why"]))
+            for name, choice in (data.get("chosen") or {}).items()
+        }
+        return cls(id=int(data["id"]), state=DeploymentStatus(data["state"]), chosen=chosen)
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One line of a deployment's log; `seq` orders them and is what following resumes from."""
+
+    seq: int
+    at: datetime | None
+    level: str
+    stream: str
+    machine: str
+    text: str
+
+    @classmethod
+    def from_api(cls, data: Json) -> LogLine:
+        return cls(
+            seq=int(data["seq"]),
+            at=moment(data.get("at")),
+            level=str(data.get("level", "")),
+            stream=str(data.get("stream", "")),
+            machine=str(data.get("machine", "")),
+            text=str(data.get("text", "")),
+        )
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something that happened in your teams: a state change, an action, a download…"""
+
+    at: datetime | None
+    team: str | None
+    actor: str
+    kind: str
+    object: str
+    message: str
+
+    @classmethod
+    def from_api(cls, data: Json) -> Event:
+        return cls(
+            at=moment(data.get("at")),
+            team=data.get("team"),
+            actor=str(data.get("actor", "")),
+            kind=str(data.get("kind", "")),
+            object=str(data.get("object", "")),
+            message=str(data.get("message", "")),
+        )
+
+
+# --- placement -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The memory one copy needs on each of its GPUs, in parts (GiB) and in all (bytes)."""
+
+    weights_gb: float
+    kv_cache_gb: float
+    activations_gb: float
+    overhead_gb: float
+    total_gb: float
+    total_bytes: int
+    kv_cache_bytes_per_token: int
+    tensor_parallel: int
+    max_model_len: int
+
+    @classmethod
+    def from_api(cls, data: Json) -> Estimate:
+        total_gb = float(data["total_gb"])
+        return cls(
+            weights_gb=float(data["weights_gb"]),
+            kv_cache_gb=float(data["kv_cache_gb"]),
+            activations_gb=float(data["activations_gb"]),
+            overhead_gb=float(data["overhead_gb"]),
+            total_gb=total_gb,
+            # A console older than total_bytes gives the GiB to two decimals only.
+            total_bytes=int(data.get("total_bytes", round(total_gb * GIB))),
+            kv_cache_bytes_per_token=int(data["kv_cache_bytes_per_token"]),
+            tensor_parallel=int(data["tensor_parallel"]),
+            max_model_len=int(data["max_model_len"]),
+        )
+
+
+@dataclass(frozen=True)
+class Placed:
+    """Where one copy would go."""
+
+    copy_number: int
+    machine: str
+    accelerators: list[int]
+    slice: str | None
+    allocated_capacity_gb: float
+    gpu_memory_utilization: float
+    hardware_class: str
+    sharing_class: str
+
+    @classmethod
+    def from_api(cls, data: Json) -> Placed:
+        return cls(
+            copy_number=int(data["copy_number"]),
+            machine=str(data["machine"]),
+            accelerators=[int(a) for a in data.get("accelerators", [])],
+            slice=data.get("slice"),
+            allocated_capacity_gb=float(data["allocated_capacity_gb"]),
+            gpu_memory_utilization=float(data["gpu_memory_utilization"]),
+            hardware_class=str(data["hardware_class"]),
+            sharing_class=str(data["sharing_class"]),
+        )
+
+
+@dataclass(frozen=True)
+class NotPlaced:
+    """A copy that would not fit: placement's reason (e.g. insufficient_capacity) and words."""
+
+    copy_number: int
+    reason: str
+    message: str
+
+    @classmethod
+    def from_api(cls, data: Json) -> NotPlaced:
+        return cls(int(data["copy_number"]), str(data["reason"]), str(data["message"]))
+
+
+@dataclass(frozen=True)
+class FitCheck:
+    """How many copies fit now and on the empty cluster, where they would go, and why the
+    rest would not. Nothing is reserved by asking."""
+
+    fit_now: int
+    fit_empty: int
+    suggested_accelerators_per_copy: float | None
+    estimate: Estimate
+    placed: list[Placed]
+    not_placed: list[NotPlaced]
+    notices: list[str]
+
+    @property
+    def fits(self) -> bool:
+        """Every copy asked for would be placed now."""
+        return not self.not_placed
+
+    @property
+    def reason(self) -> str | None:
+        """Why the first copy that would not fit does not: placement's words, or None."""
+        return self.not_placed[0].message if self.not_placed else None
+
+    @classmethod
+    def from_api(cls, data: Json) -> FitCheck:
+        return cls(
+            fit_now=int(data["fit_now"]),
+            fit_empty=int(data["fit_empty"]),
+            suggested_accelerators_per_copy=data.get("suggested_accelerators_per_copy"),
+            estimate=Estimate.from_api(data["estimate"]),
+            placed=[Placed.from_api(item) for item in data.get("placed", [])],
+            not_placed=[NotPlaced.from_api(item) for item in data.get("not_placed", [])],
+            notices=[str(notice) for notice in data.get("notices", [])],
+        )
+
+
+# --- catalog -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way to run a model: a precision and a file format."""
+
+    name: str
+    precision: str
+    format: str
+    size_gb: float
+    size_estimated: bool
+    engine: str
+    min_compute_capability: str | None
+    on_this_server: bool
+
+    @classmethod
+    def from_api(cls, data: Json) -> Variant:
+        return cls(
+            name=str(data["name"]),
+            precision=str(data.get("precision", "")),
+            format=str(data.get("format", "")),
+            size_gb=float(data.get("size_gb", 0.0)),
+            size_estimated=bool(data.get("size_estimated", False)),
+            engine=str(data.get("engine", "")),
+            min_compute_capability=data.get("min_compute_capability"),
+            on_this_server=bool(data.get("on_this_server", False)),
+        )
+
+
+@dataclass(frozen=True)
+class Model:
+    """A model the console knows, with its variants."""
+
+    id: int
+    repo_id: str
+    name: str
+    family: str
+    tasks: list[str]
+    max_context: int
+    license: str
+    gated: bool
+    variants: list[Variant]
+
+    @classmethod
+    def from_api(cls, data: Json) -> Model:
+        return cls(
+            id=int(data["id"]),
+            repo_id=str(data["repo_id"]),
+            name=str(data.get("name", "")),
+            family=str(data.get("family", "")),
+            tasks=[str(task) for task in data.get("tasks", [])],
+            max_context=int(data.get("max_context", 0)),
+            license=str(data.get("license", "")),
+            gated=bool(data.get("gated", False)),
+            variants=[Variant.from_api(variant) for variant in data.get("variants", [])],
+        )
+
+
+# --- clusters ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MigSlice:
+    profile: str
+    memory_gb: float
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    vendor: str
+    product: str
+    memory_gb: float
+    compute_capability: str | None
+    sharing_class: str
+    replicas: int
+    mig_slices: list[MigSlice]
+
+    @classmethod
+    def from_api(cls, data: Json) -> Gpu:
+        return cls(
+            index=int(data["index"]),
+            vendor=str(data.get("vendor", "")),
+            product=str(data.get("product", "")),
+            memory_gb=float(data.get("memory_gb", 0.0)),
+            compute_capability=data.get("compute_capability"),
+            sharing_class=str(data.get("sharing_class", "")),
+            replicas=int(data.get("replicas", 1)),
+            mig_slices=[
+                MigSlice(str(s["profile"]), float(s["memory_gb"]))
+                for s in data.get("mig_slices", [])
+            ],
+        )
+
+
+@dataclass(frozen=True)
+class Machine:
+    name: str
+    ready: bool
+    gpu_count: int
+    gpu_memory_gb: float
+    gpus: list[Gpu]
+
+    @classmethod
+    def from_api(cls, data: Json) -> Machine:
+        return cls(
+            name=str(data["name"]),
+            ready=bool(data.get("ready", False)),
+            gpu_count=int(data.get("gpu_count", 0)),
+            gpu_memory_gb=float(data.get("gpu_memory_gb", 0.0)),
+            gpus=[Gpu.from_api(gpu) for gpu in data.get("gpus", [])],
+        )
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Where copies can be placed: its machines and GPUs (never its credentials). `free` is
+    the free room per machine and GPU, given only when one cluster is asked for."""
+
+    id: int
+    name: str
+    description: str
+    kind: str
+    topology: str
+    state: str
+    sharing_strategy: str | None
+    notices: list[str]
+    last_seen: datetime | None
+    machines: list[Machine]
+    free: list[dict[str, Any]] | None = None
+
+    @classmethod
+    def from_api(cls, data: Json) -> Cluster:
+        free = data.get("free")
+        return cls(
+            id=int(data["id"]),
+            name=str(data["name"]),
+            description=str(data.get("description", "")),
+            kind=str(data.get("kind", "")),
+            topology=str(data.get("topology", "")),
+            state=str(data.get("state", "")),
+            sharing_strategy=data.get("sharing_strategy"),
+            notices=[str(notice) for notice in data.get("notices", [])],
+            last_seen=moment(data.get("last_seen")),
+            machines=[Machine.from_api(machine) for machine in data.get("machines", [])],
+            free=list(free) if free is not None else None,
+        )
+
+
+# --- who you are ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TeamRole:
+    team: str
+    role: str
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who the API key acts as, and with which roles."""
+
+    username: str
+    platform_admin: bool
+    teams: list[TeamRole]
+    gateway_url: str | None = None
+
+    @classmethod
+    def from_api(cls, data: Json) -> Identity:
+        return cls(
+            username=str(data["username"]),
+            platform_admin=bool(data.get("platform_admin", False)),
+            teams=[TeamRole(str(t["team"]), str(t["role"])) for t in data.get("teams", [])],
+            gateway_url=data.get("gateway_url"),
+        )
