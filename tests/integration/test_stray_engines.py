@@ -14,7 +14,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from clusters.backends import supervisor
-from clusters.backends.base import CopySpec
+from clusters.backends.base import CopyHandle, CopySpec
 from clusters.registry import backend_for, install_id
 from deployments import reconciler
 from deployments.choices import CopyState, DeploymentState, EventKind
@@ -72,15 +72,23 @@ def local_state(tmp_path: Path, settings):
     kill_engines(settings.STATE_DIR)
 
 
-def launch(cluster, copy_id: int, install: str) -> int:
+SHARE = 0.2  # four engines share the one GPU: each asks for a fifth of it, as placement would
+
+
+def launch(cluster, copy_id: int, install: str) -> CopyHandle:
     port = supervisor.free_port()
+    argv = vllm_argv("Qwen/Qwen3-0.6B", port, "--gpu-memory-utilization", str(SHARE))
     spec = CopySpec(
-        copy_id, "stray", 0, vllm_argv("Qwen/Qwen3-0.6B", port), FAST, f"{cluster.name}-1",
-        gpu_indexes=(0,), memory_share=0.3, port=port, install_id=install,
+        copy_id, "stray", 0, argv, FAST, f"{cluster.name}-1",
+        gpu_indexes=(0,), memory_share=SHARE, port=port, install_id=install,
     )  # fmt: skip
     handle = backend_for(cluster).launch(spec)
     assert handle.pid is not None
-    return handle.pid
+    return handle
+
+
+def all_ready(cluster, handles: list[CopyHandle]) -> bool:
+    return all(seen.status == "ready" for seen in backend_for(cluster).observe(handles))
 
 
 @pytest.mark.django_db
@@ -92,10 +100,15 @@ def test_only_this_installs_engines_past_the_grace_period_with_no_owner_are_swep
         Copy.objects.filter(pk=owner.pk).update(state=CopyState.READY)
         Copy.objects.filter(pk=finished.pk).update(state=CopyState.STOPPED)
     ours = install_id()
-    owned = launch(cluster, owner.pk, ours)
-    of_a_stopped_copy = launch(cluster, finished.pk, ours)
-    of_no_copy = launch(cluster, 10**9, ours)
-    of_another_install = launch(cluster, 10**9 + 1, "another-install")
+    handles = [
+        launch(cluster, owner.pk, ours),
+        launch(cluster, finished.pk, ours),
+        launch(cluster, 10**9, ours),
+        launch(cluster, 10**9 + 1, "another-install"),
+    ]
+    # Serving first: an engine that ended on its own would pass for one the sweep stopped.
+    wait_for(lambda: all_ready(cluster, handles), 60, what="the four engines serving")
+    owned, of_a_stopped_copy, of_no_copy, of_another_install = (h.pid for h in handles)
     later = timezone.now() + timedelta(seconds=200)
 
     assert reconciler.sweep_strays(now=timezone.now()) == 0  # all inside the grace period
