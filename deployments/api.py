@@ -210,6 +210,7 @@ class EstimateOut(Schema):
     activations_gb: float
     overhead_gb: float = Field(description="non-torch allocations and CUDA graphs")
     total_gb: float
+    total_bytes: int = Field(description="total_gb exactly, in bytes")
     kv_cache_bytes_per_token: int
     tensor_parallel: int
     max_model_len: int
@@ -618,6 +619,7 @@ def estimate_out(part: placement.Estimate, max_model_len: int) -> dict[str, Any]
         "activations_gb": in_gib(part.activations_bytes),
         "overhead_gb": in_gib(part.overhead_bytes),
         "total_gb": in_gib(part.total_bytes),
+        "total_bytes": part.total_bytes,
         "kv_cache_bytes_per_token": part.kv_bytes_per_token,
         "tensor_parallel": part.tensor_parallel,
         "max_model_len": max_model_len,
