@@ -28,6 +28,7 @@ from ninja.security import HttpBearer, SessionAuth
 from catalog.api import router as catalog_router
 from clusters.api import router as clusters_router
 from console import keys
+from console.api import router as me_router
 from console.api_schema import InvalidForModel
 from console.events_api import router as events_router
 from console.keys_api import router as keys_router
@@ -134,6 +135,7 @@ api.add_router("", placement_router)
 api.add_router("", catalog_router)
 api.add_router("", clusters_router)
 api.add_router("", keys_router)
+api.add_router("", me_router)
 api.add_router("", events_router)
 
 

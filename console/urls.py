@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from console import api, api_v1
+from console import api_v1
 from console.views import account, events, keys, system, teams
 from deployments.views import notifications
 
@@ -95,7 +95,6 @@ urlpatterns = [
     path("models/", include("catalog.urls")),
     path("clusters/", include("clusters.urls")),
     path("chat/", include("gateway.urls")),
-    path("api/v1/me", api.me, name="api_me"),
     path("api/v1/", api_v1.api.urls),
     path("admin/", admin.site.urls),
 ]

@@ -91,7 +91,6 @@ NOT_PAGES = {
     "server_model_try_again": "POST only",
     "server_model_delete": "POST only",
     "chat_send": "POST only (JSON stream)",
-    "api_me": "JSON API",
 }
 # Whole namespaces: the JSON API, and Django's admin beyond the index and one changelist below
 # (its pages share one stylesheet, which is not Berth's).

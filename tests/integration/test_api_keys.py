@@ -46,6 +46,7 @@ def test_a_key_authenticates_the_api_as_its_owner_with_their_roles(bob):
         "username": "bob",
         "platform_admin": False,
         "teams": [{"team": "blue", "role": "viewer"}, {"team": "red", "role": "operator"}],
+        "gateway_url": "http://testserver:8001/v1",
     }
 
 
