@@ -89,6 +89,16 @@ class MarketplaceFilter(ListFilter):
         return models.filter(gated=gated == "yes")
 
 
+class ModelListFilter(MarketplaceFilter):
+    """GET /api/v1/models: the marketplace's filters, and ?repo_id= to find one model by its
+    repository id exactly (the page has search for that; one nobody has lists nothing)."""
+
+    repo_id = forms.CharField(required=False, max_length=200)
+
+    def filter_repo_id(self, models: QuerySet[Model], repo_id: str) -> QuerySet[Model]:
+        return models.filter(repo_id=repo_id)
+
+
 def clean_revision(value: str) -> str:
     value = (value or "").strip()
     if value and not hub.valid_revision(value):

@@ -32,8 +32,15 @@ from catalog.variants import RepoFile
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 TIMEOUT_S = 30.0
-REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}$")
-REVISION = re.compile(r"^[\w][\w.\-/]{0,99}$")
+# The hub's own rules, as JSON Schema patterns too (the API states them in its schema): ASCII
+# letters, digits and . _ - (and / in a revision), no ".." (nor "--" in a repository id), each
+# part of owner/name at most 96 characters, ending in a letter, digit or _, and no .git at the
+# end (huggingface_hub refuses those itself, with an error of its own).
+REPO_ID_PART = r"[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,94}[A-Za-z0-9_])?"
+REPO_ID_PATTERN = rf"^(?!.*\.\.)(?!.*--)(?!.*\.git$){REPO_ID_PART}/{REPO_ID_PART}$"
+REVISION_PATTERN = r"^(?!.*\.\.)(?:[A-Za-z0-9_][A-Za-z0-9_./-]{0,99})?$"
+REPO_ID = re.compile(REPO_ID_PATTERN)
+REVISION = re.compile(REVISION_PATTERN)
 
 
 class HubProblem(Exception):
@@ -95,11 +102,11 @@ def api(access: Access) -> HfApi:
 
 
 def valid_repo_id(repo_id: str) -> bool:
-    return bool(REPO_ID.match(repo_id)) and ".." not in repo_id and "--" not in repo_id
+    return REPO_ID.fullmatch(repo_id) is not None
 
 
 def valid_revision(revision: str) -> bool:
-    return bool(REVISION.match(revision)) and ".." not in revision
+    return bool(revision) and REVISION.fullmatch(revision) is not None
 
 
 # --- errors in words -------------------------------------------------------------------------
