@@ -1,0 +1,187 @@
+"""The SDK (berth_sdk) against a running console, as a notebook or a CI job would use it: the
+seeds' flow (deploy_model blocks until DEPLOYED, or raises DeploymentFailedError or a
+TimeoutError), the estimate the console makes, logs that follow, and chat through the gateway.
+Real web server, worker, beat, watcher and gateway on the test database; simulated engines."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import pytest
+from berth_sdk import (
+    BerthAPIError,
+    BerthClient,
+    BerthError,
+    DeploymentFailedError,
+    DeploymentStatus,
+    DeploymentTimeoutError,
+)
+from django.core.management import call_command
+
+from catalog.models import Model
+from console.models import ApiKey
+from deployments.choices import DeploymentState, ErrorCode
+from deployments.models import Deployment
+from deployments.placing import estimate
+from tests.integration.test_lifecycle import on_this_server, simulated_cluster
+from tests.processes import console_processes, console_server, gateway_server
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(300)]
+
+QWEN = "Qwen/Qwen3-0.6B"
+SETTINGS = {"max_model_len": 4096}
+POLL_S = 0.2
+
+
+@dataclass(frozen=True)
+class Console:
+    url: str
+    key: str
+    gateway: str
+
+    def client(self, **options: object) -> BerthClient:
+        return BerthClient(base_url=self.url, api_key=self.key, **options)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def console(tmp_path, bob) -> Iterator[Console]:
+    """bob operates team red; the cluster `sdk` has room, on `stuck` every engine hangs."""
+    call_command("load_catalog")
+    simulated_cluster("sdk", gpus=2)
+    simulated_cluster("stuck", gpus=1, BERTH_SIM_HANG_AT_START="1")
+    on_this_server(Model.objects.get(repo_id=QWEN).variants.get(name="bf16"))
+    key = ApiKey.issue(bob, "sdk tests")[1]
+    with (
+        console_processes(tmp_path),
+        gateway_server(BERTH_GATEWAY_REFRESH_S="0.2") as gateway,
+        console_server(BERTH_GATEWAY_URL=f"{gateway}/v1") as url,
+    ):
+        yield Console(url, key, gateway)
+
+
+def deploy(client: BerthClient, **fields: object) -> int:
+    asked = {
+        "repo_id": QWEN,
+        "variant": "bf16",
+        "cluster": "sdk",
+        "engine_settings": SETTINGS,
+        "poll_interval_seconds": POLL_S,
+        "timeout_seconds": 120,
+        **fields,
+    }
+    return client.serving.deploy_model(**asked)  # type: ignore[arg-type]
+
+
+def test_deploy_model_waits_for_deployed_or_returns_at_once_and_logs_follow_a_chat(console):
+    with console.client() as client:
+        pk = deploy(client, chat_name="qwen")  # wait=True: blocks until DEPLOYED
+        assert Deployment.objects.get(pk=pk).state == DeploymentState.DEPLOYED
+        assert client.serving.get_deployment_status(pk) is DeploymentStatus.DEPLOYED
+
+        later = deploy(client, name="later", wait=False)
+        assert client.serving.get_deployment_status(later) is not DeploymentStatus.DEPLOYED
+        ready = client.serving.wait_deployment_ready(later, 120, POLL_S)
+        assert ready.id == later and ready.state is DeploymentStatus.DEPLOYED
+        assert Deployment.objects.get(pk=later).state == DeploymentState.DEPLOYED
+
+        last = max(line.seq for line in client.serving.logs(pk))
+        with following(console, pk, last) as followed:
+            reply = client.openai().chat.completions.create(
+                model="qwen", messages=[{"role": "user", "content": "Hello"}], max_tokens=8
+            )
+            assert reply.choices[0].message.content
+            # The engine logs the request it has just answered; the follower yields that line.
+            line = wait_for_line(followed, lambda text: "/v1/chat/completions" in text)
+        assert line.seq > last
+
+
+@contextmanager
+def following(console: Console, pk: int, after: int) -> Iterator[queue.Queue]:
+    """The lines of logs(follow=True), read on a thread of their own (following never ends
+    by itself: the thread stops at the first line after the block)."""
+    lines: queue.Queue = queue.Queue()
+    done = threading.Event()
+
+    def read() -> None:
+        try:
+            with console.client() as client:
+                for line in client.serving.logs(
+                    pk, after=after, follow=True, poll_interval_seconds=0.2
+                ):
+                    if done.is_set():
+                        return
+                    lines.put(line)
+        except BerthError as error:  # the console stopped after the test: no one is waiting
+            if not done.is_set():
+                lines.put(error)
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        yield lines
+    finally:
+        done.set()
+
+
+def wait_for_line(lines: queue.Queue, wanted, timeout_s: float = 30):
+    seen = []
+    while True:
+        try:
+            line = lines.get(timeout=timeout_s)
+        except queue.Empty:
+            pytest.fail(f"no followed line matched within {timeout_s} s; saw: {seen}")
+        if isinstance(line, BerthError):
+            raise line
+        if wanted(line.text):
+            return line
+        seen.append(line.text)
+
+
+def test_failures_raise_what_the_seed_says_and_refusals_carry_the_field(console):
+    with console.client() as client:
+        # A model that can never fit: DeploymentFailedError, with the code and the reason.
+        with pytest.raises(DeploymentFailedError) as raised:
+            deploy(client, repo_id="deepseek-ai/DeepSeek-V3", variant="fp8", engine_settings=None)
+        failed = raised.value
+        stored = Deployment.objects.get(pk=failed.deployment_id)
+        assert failed.status is DeploymentStatus.FAILED and stored.state == DeploymentState.FAILED
+        assert failed.last_error_code == ErrorCode.NO_FIT == "NoFitError"
+        assert failed.last_error_message == stored.last_error_message
+        assert "NoFitError: Each copy needs" in str(failed)
+
+        # An engine that hangs: a TimeoutError naming the deployment, which goes on.
+        with pytest.raises(TimeoutError) as timed_out:
+            deploy(client, name="hangs", cluster="stuck", timeout_seconds=3)
+        assert isinstance(timed_out.value, DeploymentTimeoutError)
+        stuck = Deployment.objects.get(pk=timed_out.value.deployment_id)
+        assert stuck.name == "hangs" and stuck.state != DeploymentState.DEPLOYED
+        assert f"deployment {stuck.pk} is still" in str(timed_out.value)
+
+        # Refusals: the status, the console's words and the field they are about.
+        with pytest.raises(BerthAPIError) as refused:
+            client.serving.deploy_model(repo_id=QWEN, name="Not a name", wait=False)
+        assert refused.value.status_code in (400, 422) and refused.value.field == "name"
+        assert "name" in refused.value.message
+        with pytest.raises(BerthAPIError) as missing:
+            client.serving.get_deployment(10**6)
+        assert missing.value.status_code == 404
+    assert Deployment.objects.count() == 2  # the refused one left nothing behind
+    with BerthClient(base_url=console.url, api_key="berth_not-a-key") as stranger:
+        with pytest.raises(BerthAPIError) as unknown_key:
+            stranger.serving.get_deployment(stuck.pk)
+        assert unknown_key.value.status_code == 401
+
+
+def test_estimate_model_vram_is_the_consoles_estimate(console):
+    model = Model.objects.get(repo_id=QWEN)
+    variant = model.variants.get(name="bf16")
+    console_says = estimate(model, variant, {"max_model_len": 8192}, 1).total_bytes
+    with console.client() as client:
+        by_repo = client.serving.estimate_model_vram(QWEN, "bf16", max_model_len=8192)
+        by_id = client.serving.estimate_model_vram(model.pk, "bf16", max_model_len=8192)
+        longer = client.serving.estimate_model_vram(QWEN, "bf16", max_model_len=32768)
+    assert by_repo == by_id == console_says
+    assert longer > by_repo  # a longer context needs more KV cache
