@@ -9,7 +9,6 @@ import queue
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import pytest
 from berth_sdk import (
@@ -20,47 +19,17 @@ from berth_sdk import (
     DeploymentStatus,
     DeploymentTimeoutError,
 )
-from django.core.management import call_command
 
 from catalog.models import Model
-from console.models import ApiKey
 from deployments.choices import DeploymentState, ErrorCode
 from deployments.models import Deployment
 from deployments.placing import estimate
-from tests.integration.test_lifecycle import on_this_server, simulated_cluster
-from tests.processes import console_processes, console_server, gateway_server
+from tests.integration.conftest import QWEN, Console
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(300)]
 
-QWEN = "Qwen/Qwen3-0.6B"
 SETTINGS = {"max_model_len": 4096}
 POLL_S = 0.2
-
-
-@dataclass(frozen=True)
-class Console:
-    url: str
-    key: str
-    gateway: str
-
-    def client(self, **options: object) -> BerthClient:
-        return BerthClient(base_url=self.url, api_key=self.key, **options)  # type: ignore[arg-type]
-
-
-@pytest.fixture
-def console(tmp_path, bob) -> Iterator[Console]:
-    """bob operates team red; the cluster `sdk` has room, on `stuck` every engine hangs."""
-    call_command("load_catalog")
-    simulated_cluster("sdk", gpus=2)
-    simulated_cluster("stuck", gpus=1, BERTH_SIM_HANG_AT_START="1")
-    on_this_server(Model.objects.get(repo_id=QWEN).variants.get(name="bf16"))
-    key = ApiKey.issue(bob, "sdk tests")[1]
-    with (
-        console_processes(tmp_path),
-        gateway_server(BERTH_GATEWAY_REFRESH_S="0.2") as gateway,
-        console_server(BERTH_GATEWAY_URL=f"{gateway}/v1") as url,
-    ):
-        yield Console(url, key, gateway)
 
 
 def deploy(client: BerthClient, **fields: object) -> int:
@@ -76,8 +45,8 @@ def deploy(client: BerthClient, **fields: object) -> int:
     return client.serving.deploy_model(**asked)  # type: ignore[arg-type]
 
 
-def test_deploy_model_waits_for_deployed_or_returns_at_once_and_logs_follow_a_chat(console):
-    with console.client() as client:
+def test_deploy_model_waits_for_deployed_or_returns_at_once_and_logs_follow_a_chat(berth_console):
+    with berth_console.client() as client:
         pk = deploy(client, chat_name="qwen")  # wait=True: blocks until DEPLOYED
         assert Deployment.objects.get(pk=pk).state == DeploymentState.DEPLOYED
         assert client.serving.get_deployment_status(pk) is DeploymentStatus.DEPLOYED
@@ -89,7 +58,7 @@ def test_deploy_model_waits_for_deployed_or_returns_at_once_and_logs_follow_a_ch
         assert Deployment.objects.get(pk=later).state == DeploymentState.DEPLOYED
 
         last = max(line.seq for line in client.serving.logs(pk))
-        with following(console, pk, last) as followed:
+        with following(berth_console, pk, last) as followed:
             reply = client.openai().chat.completions.create(
                 model="qwen", messages=[{"role": "user", "content": "Hello"}], max_tokens=8
             )
@@ -140,8 +109,8 @@ def wait_for_line(lines: queue.Queue, wanted, timeout_s: float = 30):
         seen.append(line.text)
 
 
-def test_failures_raise_what_the_seed_says_and_refusals_carry_the_field(console):
-    with console.client() as client:
+def test_failures_raise_what_the_seed_says_and_refusals_carry_the_field(berth_console):
+    with berth_console.client() as client:
         # A model that can never fit: DeploymentFailedError, with the code and the reason.
         with pytest.raises(DeploymentFailedError) as raised:
             deploy(client, repo_id="deepseek-ai/DeepSeek-V3", variant="fp8", engine_settings=None)
@@ -169,17 +138,17 @@ def test_failures_raise_what_the_seed_says_and_refusals_carry_the_field(console)
             client.serving.get_deployment(10**6)
         assert missing.value.status_code == 404
     assert Deployment.objects.count() == 2  # the refused one left nothing behind
-    with BerthClient(base_url=console.url, api_key="berth_not-a-key") as stranger:
+    with BerthClient(base_url=berth_console.url, api_key="berth_not-a-key") as stranger:
         with pytest.raises(BerthAPIError) as unknown_key:
             stranger.serving.get_deployment(stuck.pk)
         assert unknown_key.value.status_code == 401
 
 
-def test_estimate_model_vram_is_the_consoles_estimate(console):
+def test_estimate_model_vram_is_the_consoles_estimate(berth_console):
     model = Model.objects.get(repo_id=QWEN)
     variant = model.variants.get(name="bf16")
     console_says = estimate(model, variant, {"max_model_len": 8192}, 1).total_bytes
-    with console.client() as client:
+    with berth_console.client() as client:
         by_repo = client.serving.estimate_model_vram(QWEN, "bf16", max_model_len=8192)
         by_id = client.serving.estimate_model_vram(model.pk, "bf16", max_model_len=8192)
         longer = client.serving.estimate_model_vram(QWEN, "bf16", max_model_len=32768)

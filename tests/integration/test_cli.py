@@ -1,0 +1,158 @@
+"""The `berth` command line against a running console, run as a user runs it: its own process,
+stdin and stdout not terminals (as in a script or CI), the URL and key from the environment or
+from `berth login`. Each command with good and bad input; the exit status and words asserted
+(0 done, 1 the console refused, 2 usage, 3 the deployment failed, 4 timed out)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from deployments.choices import DeploymentState
+from deployments.models import Deployment
+from tests.integration.conftest import QWEN, Console
+from tests.integration.test_lifecycle import state_of
+from tests.processes import wait_for
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(400)]
+
+BERTH = str(Path(sys.executable).with_name("berth"))
+ANSI_ESCAPE = "\x1b["
+
+
+def run(
+    console: Console, *args: str, key: str | None = None, stdin: str = "", home: Path | None = None
+):
+    """`berth ARGS…` with BERTH_URL and BERTH_API_KEY set (unless key="" leaves them out)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BERTH_")}
+    env["XDG_CONFIG_HOME"] = str(home or Path(tempfile.gettempdir()) / "berth-cli-no-login")
+    if key != "":
+        env |= {"BERTH_URL": console.url, "BERTH_API_KEY": key or console.key}
+    return subprocess.run(
+        [BERTH, *args], input=stdin, capture_output=True, text=True, env=env, timeout=180
+    )
+
+
+def test_deploy_follows_to_deployed_in_plain_lines_then_every_command_works(berth_console):
+    deployed = run(berth_console, "deploy", QWEN, "--name", "cli-qwen", "--variant", "bf16",
+                   "--cluster", "sdk", "--chat-name", "cli", "--set", "max_model_len=4096")  # fmt: skip
+    assert deployed.returncode == 0, deployed.stderr
+    out = deployed.stdout
+    assert "cli-qwen is DEPLOYED: 1 of 1 copies serve on sdk." in out
+    assert f"Endpoint: {berth_console.gateway}/v1/chat/completions (model 'cli')" in out
+    assert "curl " in out and "$BERTH_API_KEY" in out and berth_console.key not in out
+    # Not a terminal: plain lines, no progress animation redrawn over itself.
+    assert ANSI_ESCAPE not in out and "\r" not in out
+
+    listed = run(berth_console, "ls", "--output", "json")
+    assert listed.returncode == 0
+    assert [(d["name"], d["state"]) for d in json.loads(listed.stdout)] == [
+        ("cli-qwen", "DEPLOYED")
+    ]
+    status = run(berth_console, "status", "cli-qwen")
+    assert status.returncode == 0 and "DEPLOYED" in status.stdout and "sdk" in status.stdout
+
+    logs = run(berth_console, "logs", "cli-qwen", "--stream", "engine")
+    assert logs.returncode == 0 and "Starting vLLM API server" in logs.stdout
+
+    chat = run(berth_console, "chat", "cli", "Hello there", "--max-tokens", "8")
+    assert chat.returncode == 0, chat.stderr
+    assert chat.stdout.strip()
+
+    scaled = run(berth_console, "scale", "cli-qwen", "--copies", "2")
+    assert scaled.returncode == 0 and "Scaling cli-qwen" in scaled.stdout
+    assert Deployment.objects.get(name="cli-qwen").copies_wanted == 2
+
+    stopped = run(berth_console, "stop", "cli-qwen")
+    assert stopped.returncode == 0 and "Stopping cli-qwen" in stopped.stdout
+    stopping = Deployment.objects.get(name="cli-qwen")
+    wait_for(lambda: state_of(stopping) == DeploymentState.STOPPED, 60, what="STOPPED")
+    started = run(berth_console, "start", "cli-qwen")
+    assert started.returncode == 0 and "Starting cli-qwen" in started.stdout
+
+    unconfirmed = run(berth_console, "delete", "cli-qwen")
+    assert unconfirmed.returncode == 2 and "add --yes" in unconfirmed.stderr
+    assert Deployment.objects.filter(name="cli-qwen").exists()
+    deleted = run(berth_console, "delete", "cli-qwen", "--yes")
+    assert deleted.returncode == 0 and "Deleting cli-qwen" in deleted.stdout
+
+
+def test_a_failed_or_timed_out_deploy_exits_3_or_4_with_the_reason(berth_console):
+    failed = run(berth_console, "deploy", "deepseek-ai/DeepSeek-V3", "--variant", "fp8",
+                 "--cluster", "sdk", "--name", "huge")  # fmt: skip
+    assert failed.returncode == 3
+    assert "huge is FAILED: NoFitError" in failed.stdout
+    assert "Each copy needs" in failed.stdout  # the console's reason, in its words
+    as_json = run(berth_console, "deploy", "deepseek-ai/DeepSeek-V3", "--variant", "fp8",
+                  "--cluster", "sdk", "--name", "huge-json", "--output", "json")  # fmt: skip
+    assert as_json.returncode == 3
+    report = json.loads(as_json.stdout)
+    assert report["error"] == "deployment_failed" and report["last_error_code"] == "NoFitError"
+
+    timed_out = run(berth_console, "deploy", QWEN, "--variant", "bf16", "--cluster", "stuck",
+                    "--name", "hangs", "--timeout", "2")  # fmt: skip
+    assert timed_out.returncode == 4
+    assert "Still not ready after 2 s; it goes on" in timed_out.stdout
+    assert Deployment.objects.get(name="hangs").state != DeploymentState.DEPLOYED
+
+
+def test_estimate_fit_and_models_answer_and_bad_input_is_refused_with_words(berth_console):
+    models = run(berth_console, "models", "--search", "Qwen3-0.6B")
+    assert models.returncode == 0 and QWEN in models.stdout
+    estimate = run(berth_console, "estimate", QWEN, "--variant", "bf16", "--context", "8192")
+    assert estimate.returncode == 0 and "total per GPU" in estimate.stdout
+    assert "8,192 tokens of context" in estimate.stdout
+    fit = run(berth_console, "fit", QWEN, "--cluster", "sdk", "--size", "0.5", "--output", "json")
+    assert fit.returncode == 0 and json.loads(fit.stdout)["fits"] is True
+
+    # The console refuses: exit 1, its words on stderr.
+    nowhere = run(berth_console, "fit", QWEN, "--cluster", "nowhere")
+    assert nowhere.returncode == 1 and "nowhere" in nowhere.stderr
+    missing = run(berth_console, "status", "nope")
+    assert missing.returncode == 1 and "no deployment named nope" in missing.stderr
+    bad_name = run(berth_console, "deploy", QWEN, "--name", "Not a name", "--no-wait")
+    assert bad_name.returncode == 1 and "[name]" in bad_name.stderr
+    wrong_key = run(berth_console, "ls", key="berth_not-a-key")
+    assert wrong_key.returncode == 1 and "HTTP 401" in wrong_key.stderr
+
+    # Usage errors: exit 2, before anything is asked of the console.
+    assert run(berth_console, "deploy").returncode == 2
+    bad_size = run(berth_console, "deploy", QWEN, "--size", "half")
+    assert bad_size.returncode == 2 and "is not a size" in bad_size.stderr
+    bad_setting = run(berth_console, "deploy", QWEN, "--set", "max_model_len")
+    assert bad_setting.returncode == 2 and "is not KEY=VALUE" in bad_setting.stderr
+    assert run(berth_console, "scale", "x", "--copies", "many").returncode == 2
+    assert run(berth_console, "logs", "x", "--stream", "stdout").returncode == 2
+    assert not Deployment.objects.exists()  # nothing refused left anything behind
+
+
+def test_login_stores_the_key_for_the_owner_only_and_the_environment_wins(berth_console, tmp_path):
+    home = tmp_path / "config"
+    not_logged_in = run(berth_console, "ls", key="", home=home)
+    assert not_logged_in.returncode == 1 and "not logged in" in not_logged_in.stderr
+
+    refused = run(
+        berth_console, "login", "--url", berth_console.url, key="", home=home, stdin="berth_bad\n"
+    )
+    assert refused.returncode == 1 and "HTTP 401" in refused.stderr
+    assert not (home / "berth").exists() or not any((home / "berth").iterdir())
+
+    logged_in = run(berth_console, "login", "--url", berth_console.url, key="", home=home,
+                    stdin=f"{berth_console.key}\n")  # fmt: skip
+    assert logged_in.returncode == 0, logged_in.stderr
+    assert berth_console.key not in logged_in.stdout + logged_in.stderr
+    (stored,) = (home / "berth").iterdir()
+    assert stat.S_IMODE(stored.stat().st_mode) == 0o600
+    assert run(berth_console, "ls", key="", home=home).returncode == 0  # from the stored login
+    # BERTH_API_KEY wins over what is stored.
+    assert run(berth_console, "ls", key="berth_not-a-key", home=home).returncode == 1
+
+    completion = run(berth_console, "completion", "bash", key="", home=home)
+    assert completion.returncode == 0 and "complete" in completion.stdout
