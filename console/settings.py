@@ -66,6 +66,7 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "console.security.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    "console.errors.JsonApiErrors",  # /api/ answers JSON, its 404 and 405 included
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -136,8 +137,21 @@ RECONCILE_EVERY_S = env_int("BERTH_RECONCILE_EVERY_S", 5, low=1, high=3600)
 # once they have run this long (a launch's pid or pod may not be written to its copy yet).
 SWEEP_EVERY_S = env_int("BERTH_SWEEP_EVERY_S", 60, low=1, high=86400)
 SWEEP_GRACE_S = env_int("BERTH_SWEEP_GRACE_S", 120, low=1, high=86400)
+# Autoscaling (deployments/autoscaling.py): the autoscaler looks at the load this often; load
+# must stay above the target for the up-window before copies are added (fast) and below it for
+# the down-window before one leaves (slowly); a leaving copy's requests get the drain limit.
+AUTOSCALE_EVERY_S = env_float("BERTH_AUTOSCALE_EVERY_S", 2.0, low=0.2, high=3600)
+AUTOSCALE_UP_WINDOW_S = env_int("BERTH_AUTOSCALE_UP_WINDOW_S", 15, low=0, high=86400)
+AUTOSCALE_DOWN_WINDOW_S = env_int("BERTH_AUTOSCALE_DOWN_WINDOW_S", 300, low=0, high=86400)
+DRAIN_LIMIT_S = env_int("BERTH_DRAIN_LIMIT_S", 120, low=0, high=86400)
 CELERY_BEAT_SCHEDULE = {
     "reconcile": {"task": "deployments.tasks.reconcile", "schedule": float(RECONCILE_EVERY_S)},
+    "autoscale": {
+        "task": "deployments.tasks.autoscale",
+        "schedule": AUTOSCALE_EVERY_S,
+        # A pass that waited past the next one is stale: the next reads the load afresh.
+        "options": {"expires": AUTOSCALE_EVERY_S},
+    },
     "prune-logs": {"task": "deployments.tasks.prune_logs", "schedule": 300.0},
     "sweep-strays": {"task": "deployments.tasks.sweep_strays", "schedule": float(SWEEP_EVERY_S)},
     "deliver-notifications": {

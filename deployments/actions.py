@@ -16,7 +16,7 @@ from catalog.models import Model, ServerModel, Variant
 from clusters.models import Cluster
 from console import live
 from console.models import SLUG_PATTERN, Team
-from deployments import lifecycle, transitions
+from deployments import autoscaling, lifecycle, load, transitions
 from deployments.choices import (
     COPY_STOPPING_OR_STOPPED,
     DEPLOYMENT_CAN_SCALE,
@@ -66,6 +66,22 @@ def record(deployment: Deployment, actor: Any, message: str) -> None:
 
 # --- checking what an operator asked for --------------------------------------------------
 
+# The rules below, each in one place: the API's OpenAPI document states them from these
+# (deployments/api.py), so that a request it allows is never refused by them.
+MOST_COPIES = 1000
+MOST_ACCELERATORS_PER_COPY = 64  # a whole number of GPUs of one machine
+SIZE_DECIMALS = 3  # a share of a GPU: 0.125, never 0.1251 (the column keeps three)
+LONGEST_NAME = 63  # a deployment's name: a DNS label, as Kubernetes objects are named
+LONGEST_CHAT_NAME = 100
+LONGEST_REVISION = 100
+# Text a person reads back (a chat name): no control characters, nor the invisible ones that
+# hide or reorder what is shown (zero widths, bidirectional controls, line separators). Written
+# so that Python and JSON Schema (ECMA 262) read it alike.
+SHOWN_TEXT = (
+    r"^[^\x00-\x1f\x7f-\x9f\xad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u206f"
+    r"\ufeff\ufff9-\ufffb]*$"
+)
+
 
 def parse_size(raw: Any) -> Decimal:
     try:
@@ -80,11 +96,12 @@ def parse_size(raw: Any) -> Decimal:
             "number of accelerators (2, 4, 8)",
             "accelerators_per_copy",
         )
-    if size > 64:
+    if size > MOST_ACCELERATORS_PER_COPY:
         raise ActionRefused(
-            f"{raw} is too many: at most 64 accelerators per copy", "accelerators_per_copy"
+            f"{raw} is too many: at most {MOST_ACCELERATORS_PER_COPY} accelerators per copy",
+            "accelerators_per_copy",
         )
-    if size.as_tuple().exponent < -3:  # type: ignore[operator]
+    if size.as_tuple().exponent < -SIZE_DECIMALS:  # type: ignore[operator]
         raise ActionRefused("use at most three decimals", "accelerators_per_copy")
     return size
 
@@ -96,8 +113,8 @@ def parse_copies(raw: Any) -> int:
         copies = int(raw)
     except ValueError:
         raise ActionRefused("must be a whole number, 0 or more", "copies") from None
-    if copies < 0 or copies > 1000:
-        raise ActionRefused(f"{copies} is not allowed: use 0 to 1000", "copies")
+    if copies < 0 or copies > MOST_COPIES:
+        raise ActionRefused(f"{copies} is not allowed: use 0 to {MOST_COPIES}", "copies")
     return copies
 
 
@@ -117,27 +134,39 @@ def parse_reply_wait(raw: Any) -> int | None:
     return wait
 
 
-def check_name(name: Any) -> str:
-    if not isinstance(name, str) or not re.match(SLUG_PATTERN, name) or len(name) > 63:
+def plain_name(name: Any) -> str:
+    # fullmatch: re.match's "$" lets a trailing newline through, which JSON Schema's does not.
+    if (
+        not isinstance(name, str)
+        or not re.fullmatch(SLUG_PATTERN, name)
+        or len(name) > LONGEST_NAME
+    ):
         raise ActionRefused(
-            "use lowercase letters, digits and dashes (at most 63), starting and ending with a "
-            "letter or digit, e.g. qwen3-8b",
+            f"use lowercase letters, digits and dashes (at most {LONGEST_NAME}), starting and "
+            "ending with a letter or digit, e.g. qwen3-8b",
             "name",
         )
+    return name
+
+
+def check_name(name: Any) -> str:
+    plain_name(name)
     if Deployment.objects.filter(name=name).exists():
         raise ActionRefused(f"a deployment named {name} exists already; pick another name", "name")
     return name
 
 
 def printable(value: Any, field: str, longest: int) -> str:
-    text = (value or "").strip() if isinstance(value, str) or value is None else None
-    if text is None:
+    """Text as typed, checked before the spaces around it are dropped: the rule is the text
+    sent, as the OpenAPI document states it (a tab or newline at either end is refused too)."""
+    if value is not None and not isinstance(value, str):
         raise ActionRefused("must be text", field)
+    text = value or ""
     if len(text) > longest:
         raise ActionRefused(f"use at most {longest} characters", field)
-    if not text.isprintable():
+    if not re.fullmatch(SHOWN_TEXT, text):
         raise ActionRefused("use printable characters only", field)
-    return text
+    return text.strip()
 
 
 def chat_name_taken(chat_name: str, deployment_name: str) -> bool:
@@ -148,9 +177,7 @@ def chat_name_taken(chat_name: str, deployment_name: str) -> bool:
 
 
 def check_chat_name(chat_name: Any, deployment_name: str) -> str:
-    chat_name = printable(chat_name, "chat_name", 100)
-    if len(chat_name) > 100:
-        raise ActionRefused("use at most 100 characters", "chat_name")
+    chat_name = printable(chat_name, "chat_name", LONGEST_CHAT_NAME)
     if chat_name_taken(chat_name, deployment_name):
         raise ActionRefused(
             f"{chat_name} is the name of another deployment; pick another chat name", "chat_name"
@@ -185,13 +212,17 @@ class HostRequest:
     chat_name: Any = ""
     reply_wait_s: Any = None
     revision: str = ""
+    autoscaling: Any = None  # the API's object (deployments/autoscaling.py reads it)
 
 
 def host(actor: Any, request: HostRequest) -> Deployment:
     """Record the deployment and start placing it; returns at once (REQUESTED)."""
     name = check_name(request.name)
+    policy = parse_policy(request.autoscaling)
+    copies = parse_copies(request.copies)
     values = {
-        "copies_wanted": parse_copies(request.copies),
+        "copies_wanted": policy.clamp(copies) if policy else copies,  # starts within the bounds
+        "autoscaling": policy.as_json() if policy else None,
         "accelerators_per_copy": parse_size(request.accelerators_per_copy),
         "engine_settings": checked_settings(request.engine_settings, request.cluster),
         "chat_name": check_chat_name(request.chat_name, name),
@@ -216,17 +247,18 @@ def host(actor: Any, request: HostRequest) -> Deployment:
                 model=request.model,
                 variant=request.variant,
                 cluster=request.cluster,
-                revision=printable(request.revision, "revision", 100),
+                revision=printable(request.revision, "revision", LONGEST_REVISION),
                 engine=request.variant.engine,
                 created_by=actor if actor and actor.is_authenticated else None,
                 last_message="Accepted; placing the copies.",
                 **values,
             )
+            autoscaled = f", autoscaling {policy.words()}" if policy else ""
             record(
                 deployment,
                 actor,
                 f"Host {values['copies_wanted']} × {values['accelerators_per_copy']} "
-                f"on {request.cluster.name}",
+                f"on {request.cluster.name}{autoscaled}",
             )
             live.broadcast_on_commit("deployments", live.DEPLOYMENT_ADDED, deployment.pk)
             never = lifecycle.never_fits(deployment)
@@ -269,17 +301,68 @@ def scale(
     with transaction.atomic():
         locked = Deployment.objects.select_for_update().get(pk=deployment.pk)
         new_size = size != locked.accelerators_per_copy
-        fields = {"copies_wanted": wanted, "accelerators_per_copy": size}
+        # A fixed number is the operator's word over the autoscaler's: it turns autoscaling off.
+        fields = {"copies_wanted": wanted, "accelerators_per_copy": size, "autoscaling": None}
         if new_size:
             fields["generation"] = locked.generation + 1
         Deployment.objects.filter(pk=locked.pk).update(**fields)
         words = f"Scale to {plural(wanted, 'copy', 'copies')}"
         words += f" of {size} accelerator{'s' if size > 1 else ''} each" if new_size else ""
-        record(locked, actor, words)
+        was_autoscaled = locked.autoscaling is not None
+        record(locked, actor, words + (" (autoscaling off)" if was_autoscaled else ""))
         lifecycle.enqueue("converge_deployment", locked.pk)
-    return Done(
-        Deployment.objects.get(pk=deployment.pk), f"Scaling to {plural(wanted, 'copy', 'copies')}."
-    )
+    done = f"Scaling to {plural(wanted, 'copy', 'copies')}."
+    if was_autoscaled:
+        done += " Autoscaling is off: the deployment keeps this number until you change it."
+    return Done(Deployment.objects.get(pk=deployment.pk), done)
+
+
+def parse_policy(raw: Any) -> autoscaling.Policy | None:
+    try:
+        return autoscaling.parse(raw)
+    except autoscaling.PolicyRefused as refused:
+        raise ActionRefused(refused.message, refused.field) from None
+
+
+def set_autoscaling(actor: Any, deployment: Deployment, raw: Any) -> Done:
+    """Let the deployment scale itself between bounds (None: back to a fixed number, the one it
+    has now). Copies that serve keep serving: only those outside the new bounds start or leave."""
+    policy = parse_policy(raw)
+    if deployment.state not in DEPLOYMENT_CAN_SCALE:
+        raise ActionRefused(
+            f"a {deployment.get_state_display().lower()} deployment cannot autoscale; "
+            "start it first"
+        )
+    with transaction.atomic():
+        locked = Deployment.objects.select_for_update().get(pk=deployment.pk)
+        wanted = policy.clamp(locked.copies_wanted) if policy else locked.copies_wanted
+        Deployment.objects.filter(pk=locked.pk).update(
+            autoscaling=policy.as_json() if policy else None, copies_wanted=wanted
+        )
+        words = f"Autoscale between {policy.words()}" if policy else "Autoscaling off"
+        record(locked, actor, words)
+        if wanted != locked.copies_wanted:
+            lifecycle.enqueue("converge_deployment", locked.pk)
+    load.write_pending(locked.pk, None)  # a wish under the old policy means nothing now
+    if policy is None:
+        done = f"Autoscaling is off: {plural(wanted, 'copy', 'copies')} from now on."
+    else:
+        done = f"Autoscaling between {policy.words()}; copies that serve keep serving."
+    return Done(Deployment.objects.get(pk=deployment.pk), done)
+
+
+def autoscale_to(deployment_id: int, copies: int, why: str) -> None:
+    """The autoscaler's change: the number it decided, with its reasons as the Event. Left
+    alone if an operator turned autoscaling off meanwhile."""
+    with transaction.atomic():
+        locked = Deployment.objects.select_for_update().filter(pk=deployment_id).first()
+        if locked is None or locked.autoscaling is None or locked.copies_wanted == copies:
+            return
+        Deployment.objects.filter(pk=locked.pk).update(copies_wanted=copies)
+        Event.objects.create(
+            deployment=locked, deployment_name=locked.name, kind=EventKind.AUTOSCALE, message=why
+        )
+        lifecycle.enqueue("converge_deployment", locked.pk)
 
 
 def change_settings(actor: Any, deployment: Deployment, engine_settings: Any) -> Deployment:

@@ -100,6 +100,7 @@ class EventKind(models.TextChoices):
     STATE_CHANGE = "state_change", "State change"
     ACTION = "action", "Operator action"
     SYSTEM = "system", "System"
+    AUTOSCALE = "autoscale", "Autoscaling"
 
 
 class LogStream(models.TextChoices):

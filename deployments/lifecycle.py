@@ -17,7 +17,8 @@ from django.utils import timezone
 
 from catalog.models import ServerModel, ServerModelState
 from clusters.models import Cluster
-from deployments import transitions
+from console import live
+from deployments import load, transitions
 from deployments.choices import (
     COPY_PLACED,
     COPY_STOPPING_OR_STOPPED,
@@ -488,13 +489,59 @@ def startup_deadline(copy: Copy) -> timedelta:
 
 
 def scale_down_extras(deployment: Deployment) -> None:
-    """Fewer copies wanted: stop the newest of the current generation."""
-    current = deployment.copies.filter(generation=deployment.generation).exclude(
-        state__in=COPY_STOPPING_OR_STOPPED
+    """Fewer copies wanted: those that leave drain first (see start_draining); copies not yet
+    serving leave first, then the least loaded, then the newest. More wanted again while some
+    drain: they stay, which is quicker than starting new ones."""
+    current = list(
+        deployment.copies.filter(generation=deployment.generation).exclude(
+            state__in=COPY_STOPPING_OR_STOPPED
+        )
     )
-    extra = current.count() - deployment.copies_wanted
-    for copy in current.order_by("-ordinal")[: max(0, extra)]:
-        stop_copy_soon(copy)
+    staying = [copy for copy in current if copy.draining_since is None]
+    draining = [copy for copy in current if copy.draining_since is not None]
+    extra = len(staying) - deployment.copies_wanted
+    if extra < 0:
+        for copy in draining[:-extra]:
+            keep_serving(copy)
+        return
+    in_flight = load.in_flight_by_copy() if extra else {}
+    for copy in sorted(staying, key=lambda c: leaving_order(c, in_flight))[:extra]:
+        if copy.state == CopyState.READY:
+            start_draining(copy)
+        else:
+            stop_copy_soon(copy)
+
+
+def leaving_order(copy: Copy, in_flight: dict[int, int]) -> tuple[bool, int, int]:
+    return (copy.state == CopyState.READY, in_flight.get(copy.pk, 0), -copy.ordinal)
+
+
+def start_draining(copy: Copy) -> None:
+    """Take a serving copy out of every gateway's table (they re-read it on this broadcast, or
+    at their next refresh); finish_draining stops it once its requests are done."""
+    Copy.objects.filter(pk=copy.pk).update(draining_since=timezone.now())
+    live.broadcast_on_commit("deployments", "deployment", copy.deployment_id)
+
+
+def keep_serving(copy: Copy) -> None:
+    Copy.objects.filter(pk=copy.pk).update(draining_since=None)
+    live.broadcast_on_commit("deployments", "deployment", copy.deployment_id)
+
+
+def finish_draining(deployment: Deployment) -> None:
+    """Stop the draining copies that no gateway sends to any more (a table refresh has passed)
+    and that have no request in flight at any gateway process, or whose drain limit passed."""
+    draining = list(deployment.copies.filter(draining_since__isnull=False, state=CopyState.READY))
+    if not draining:
+        return
+    in_flight, now = load.in_flight_by_copy(), timezone.now()
+    for copy in draining:
+        assert copy.draining_since is not None
+        drained_s = (now - copy.draining_since).total_seconds()
+        if drained_s < settings.GATEWAY_REFRESH_S + 2 * load.REPORT_EVERY_S:
+            continue  # a gateway may still route to it, or not have reported what it sent
+        if in_flight.get(copy.pk, 0) == 0 or drained_s >= settings.DRAIN_LIMIT_S:
+            stop_copy_soon(copy)
 
 
 def replace_old_generation(deployment: Deployment) -> None:

@@ -53,6 +53,9 @@ class Deployment(StateGuardedModel):
         validators=[MinValueValidator(Decimal("0.001"))],
     )
     copies_wanted = models.PositiveIntegerField(default=1)
+    # None: a fixed number of copies. Else the bounds and target the autoscaler keeps it in
+    # (deployments/autoscaling.py: Policy, the one reading of this object).
+    autoscaling = models.JSONField(null=True, blank=True, editable=False)
     engine = models.CharField(max_length=16, choices=Engine.choices, default=Engine.VLLM)
     engine_settings = models.JSONField(
         default=dict, blank=True, help_text="only what differs from defaults"
@@ -139,6 +142,9 @@ class Copy(StateGuardedModel):
     socket_path = models.CharField(max_length=200, blank=True, editable=False)
     process_id = models.PositiveIntegerField(null=True, blank=True)
     pod_name = models.CharField(max_length=253, blank=True)
+    # Leaving (a scale-down): out of the gateways' tables from then on; stopped once its
+    # requests in flight are done, or BERTH_DRAIN_LIMIT_S after this.
+    draining_since = models.DateTimeField(null=True, blank=True, editable=False)
     engine_api_key_encrypted = models.TextField(blank=True, editable=False)
     state_changed_at = models.DateTimeField(null=True, blank=True, editable=False)
     started_at = models.DateTimeField(null=True, blank=True, help_text="engine launched at")

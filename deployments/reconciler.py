@@ -44,6 +44,7 @@ def converge(deployment_id: int) -> None:
         if deployment is not None:
             lifecycle.refresh_state(deployment.pk)
         return
+    lifecycle.finish_draining(deployment)
     lifecycle.scale_down_extras(deployment)
     lifecycle.replace_old_generation(deployment)
     lifecycle.retry_due(deployment.pk)

@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from deployments import launching, lifecycle, machine_files, reconciler, webhook_delivery
+from deployments import (
+    autoscaler,
+    launching,
+    lifecycle,
+    machine_files,
+    reconciler,
+    webhook_delivery,
+)
 
 
 @shared_task(acks_late=True)
@@ -55,6 +62,11 @@ def check_deployment(deployment_id: int) -> None:
 @shared_task(acks_late=True)
 def reconcile() -> None:
     reconciler.reconcile_all()
+
+
+@shared_task(acks_late=True)
+def autoscale() -> int:
+    return autoscaler.run()
 
 
 @shared_task(acks_late=True)

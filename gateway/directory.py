@@ -131,7 +131,8 @@ class KeyBox:
 def load_table(keys: KeyBox) -> Table:
     """Blocking: read deployments and their ready copies into a new table."""
     ready = list(
-        Copy.objects.filter(state=CopyState.READY, port__isnull=False)
+        # A draining copy takes no new request: it is leaving (deployments/lifecycle.py).
+        Copy.objects.filter(state=CopyState.READY, port__isnull=False, draining_since=None)
         .select_related("deployment__cluster")
         .order_by("deployment_id", "ordinal")
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import functools
 import json
 import logging
 import time
@@ -22,6 +23,7 @@ import aiohttp
 from django.db import connection
 
 from console import live
+from deployments import load
 from gateway import conf, errors
 from gateway.directory import KeyBox, Table, Upstream, load_table
 from gateway.errors import GatewayError
@@ -57,6 +59,8 @@ async def look_up_key(work: Callable[[], T]) -> T:
     return await loop.run_in_executor(KEY_THREADS, in_thread, work)
 
 
+# Load reports have a thread of their own: Redis being slow must not hold up the table's reads.
+LOAD_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gateway-load")
 FIGURES = Figures()
 PICKER = Picker()
 KEYS = KeyCache(look_up_key)
@@ -123,6 +127,7 @@ class Gateway:
             asyncio.create_task(self.keep_table_fresh()),
             asyncio.create_task(self.flush_every_minute()),
             asyncio.create_task(self.follow_broadcasts()),
+            asyncio.create_task(self.report_load()),
         ]
 
     async def handle(self, call: Call) -> Reply:
@@ -181,6 +186,17 @@ class Gateway:
             await asyncio.sleep(conf.flush_s())
             with contextlib.suppress(Exception):
                 await run_blocking(self.figures.flush)
+
+    async def report_load(self) -> None:
+        """Tell the autoscaler and the drain (deployments/load.py) what this process has in
+        flight, every load.REPORT_EVERY_S; they sum every gateway process's reports."""
+        while True:
+            report = functools.partial(load.report_in_flight, dict(self.picker.in_flight))
+            try:
+                await asyncio.get_running_loop().run_in_executor(LOAD_THREAD, report)
+            except Exception:
+                log.warning("gateway: could not report its load", exc_info=True)
+            await asyncio.sleep(load.REPORT_EVERY_S)
 
     async def follow_broadcasts(self) -> None:
         """Deployments announce their state changes on the "deployments" group: re-read the
