@@ -339,7 +339,7 @@ def set_autoscaling(actor: Any, deployment: Deployment, raw: Any) -> Done:
         Deployment.objects.filter(pk=locked.pk).update(
             autoscaling=policy.as_json() if policy else None, copies_wanted=wanted
         )
-        words = f"Autoscale between {policy.words()}" if policy else "Autoscaling off"
+        words = f"Autoscale from {policy.words()}" if policy else "Autoscaling off"
         record(locked, actor, words)
         if wanted != locked.copies_wanted:
             lifecycle.enqueue("converge_deployment", locked.pk)
@@ -347,7 +347,7 @@ def set_autoscaling(actor: Any, deployment: Deployment, raw: Any) -> Done:
     if policy is None:
         done = f"Autoscaling is off: {plural(wanted, 'copy', 'copies')} from now on."
     else:
-        done = f"Autoscaling between {policy.words()}; copies that serve keep serving."
+        done = f"Autoscaling from {policy.words()}; copies that serve keep serving."
     return Done(Deployment.objects.get(pk=deployment.pk), done)
 
 

@@ -201,6 +201,18 @@ class EngineSettingsForm(forms.Form):
         return round(capped, 4) if capped is not None else None
 
 
+class AutoscalingForm(forms.Form):
+    """The deployment page's Autoscaling panel: numbers as typed, read into the API's object
+    (deployments/autoscaling.py checks the bounds and says what is wrong)."""
+
+    min_copies = forms.IntegerField()
+    max_copies = forms.IntegerField()
+    target_in_flight = forms.FloatField(required=False)
+    target_ttft_ms = forms.FloatField(required=False)
+    up_window_s = forms.IntegerField(required=False)
+    down_window_s = forms.IntegerField(required=False)
+
+
 class DeploymentFilter(ListFilter):
     """The deployments list's filters and orders (its page and GET /api/v1/deployments)."""
 

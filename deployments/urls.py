@@ -8,6 +8,7 @@ urlpatterns = [
     path("bulk/", views.bulk, name="deployment_bulk"),
     path("<int:pk>/", views.deployment_detail, name="deployment_detail"),
     path("<int:pk>/scale/", views.scale, name="deployment_scale"),
+    path("<int:pk>/autoscaling/", views.set_autoscaling, name="deployment_autoscaling"),
     path("<int:pk>/stop/", views.stop, name="deployment_stop"),
     path("<int:pk>/start/", views.start, name="deployment_start"),
     path("<int:pk>/delete/", views.delete, name="deployment_delete"),

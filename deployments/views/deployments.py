@@ -13,10 +13,10 @@ from catalog.models import Model
 from clusters.models import Cluster
 from console.access import NEEDS_OPERATE
 from console.lists import headings, pager
-from deployments import actions
+from deployments import actions, autoscaling
 from deployments.access import get_deployment, visible_deployments
 from deployments.choices import DEPLOYMENT_GROUPS, CopyState, DeploymentState
-from deployments.forms import BulkForm, DeploymentFilter
+from deployments.forms import AutoscalingForm, BulkForm, DeploymentFilter
 from deployments.models import Deployment
 from deployments.views import partials
 
@@ -60,12 +60,14 @@ def deployment_detail(request: HttpRequest, pk: int) -> HttpResponse:
         **partials.health_and_copies(request.user, deployment),
         **partials.files_on_machines(request.user, deployment),
         **partials.engine_figures(deployment.pk),
+        **partials.autoscaling_panel(deployment),
         "events": deployment.events.select_related("actor")[:50],
     }
     return render(request, "deployments/detail.html", context)
 
 
 FIELD_LABELS = {"reply_wait_s": "reply wait", "chat_name": "chat name", "copies": "copies"}
+FIELD_LABELS |= {f"autoscaling.{name}": name.replace("_", " ") for name in autoscaling.FIELDS}
 
 
 def operate(
@@ -91,6 +93,20 @@ def scale(request: HttpRequest, pk: int) -> HttpResponse:
     copies = request.POST.get("copies", "")
     size = request.POST.get("accelerators_per_copy", "") or None
     return operate(request, pk, lambda d: actions.scale(request.user, d, copies, size))
+
+
+@require_POST
+def set_autoscaling(request: HttpRequest, pk: int) -> HttpResponse:
+    """The Autoscaling panel's form: bounds and target, or off (back to a fixed number)."""
+    if "off" in request.POST:
+        return operate(request, pk, lambda d: actions.set_autoscaling(request.user, d, None))
+    form = AutoscalingForm(request.POST)
+    if not form.is_valid():
+        field, errors = next(iter(form.errors.items()))
+        messages.error(request, f"Not done: {field.replace('_', ' ')}: {errors[0]}")
+        return redirect("deployment_detail", pk=pk)
+    policy = {name: value for name, value in form.cleaned_data.items() if value is not None}
+    return operate(request, pk, lambda d: actions.set_autoscaling(request.user, d, policy))
 
 
 def confirm(request: HttpRequest, pk: int, action: str) -> HttpResponse:

@@ -3,14 +3,16 @@ the whole page and the live socket (console/live_render.py) renders it alone, ou
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
+import redis
 from django.conf import settings
 from django.db.models import Count, Q, QuerySet
 
 from console.access import operates_team
+from deployments import autoscaling, load, machine_files
 from deployments import engine_figures as figures_of_engines
-from deployments import machine_files
 from deployments.choices import CopyState
 from deployments.models import Deployment, Reservation
 
@@ -50,6 +52,24 @@ def files_on_machines(user: Any, deployment: Deployment) -> dict[str, Any]:
         "deployment": deployment,
         "files": machine_files.summary(deployment),
         "operates_team": operates_team(user, deployment.team_id),
+    }
+
+
+def autoscaling_panel(deployment: Deployment) -> dict[str, Any]:
+    """The Autoscaling panel: the policy, and the change the autoscaler is waiting to make."""
+    policy = autoscaling.stored(deployment.autoscaling)
+    pending = None
+    if policy is not None:
+        try:
+            pending = load.read_pending(deployment.pk)
+        except redis.RedisError:  # the panel says less, the page still opens
+            pending = None
+    return {
+        "policy": policy,
+        "pending": pending,
+        "pending_for_s": int(time.time() - pending.since) if pending else 0,
+        "default_up_window": settings.AUTOSCALE_UP_WINDOW_S,
+        "default_down_window": settings.AUTOSCALE_DOWN_WINDOW_S,
     }
 
 
