@@ -231,8 +231,20 @@ def models(filters: Mapping[str, Any]) -> Request:
     return Request("GET", "/models", {**given(**filters), "limit": str(MOST_PER_PAGE)})
 
 
-def add_model(repo_id: str) -> Request:
-    return Request("POST", "/models", body={"repo_id": repo_id})
+def add_model(repo_id: str, revision: str | None, team: str | None) -> Request:
+    """revision and team only when given (the console's defaults: main, and no Hugging Face
+    token, which reads public repositories only)."""
+    return Request("POST", "/models", body={"repo_id": repo_id, **given_only(revision, team)})
+
+
+def download_model(model_id: int, variant: str, revision: str | None, team: str | None) -> Request:
+    body = {"variant": variant, **given_only(revision, team)}
+    return Request("POST", f"/models/{model_id}/download", body=body)
+
+
+def given_only(revision: str | None, team: str | None) -> dict[str, str]:
+    optional = {"revision": revision, "team": team}
+    return {name: value for name, value in optional.items() if value is not None}
 
 
 def model_action(model_id: int, act: str, variant: str) -> Request:

@@ -65,24 +65,37 @@ class Models:
             return Model.from_api(self._transport.send(calls.model_by_id(model)))
         return calls.picked_model(model, self._transport.send(calls.model_by_repo(model)))
 
-    def add(self, repo_id: str) -> Model:
-        """Add a model of the Hugging Face hub to the catalog by its repository id."""
-        return Model.from_api(self._transport.send(calls.add_model(repo_id)))
+    def add(self, repo_id: str, *, revision: str | None = None, team: str | None = None) -> Model:
+        """Add a model of the Hugging Face hub to the catalog by its repository id (operators
+        of any team). revision: a branch, tag or commit (main when left out); team: one you
+        operate, whose Hugging Face token reads a gated repository."""
+        return Model.from_api(self._transport.send(calls.add_model(repo_id, revision, team)))
 
-    def download(self, model: ModelRef, variant: str) -> Model:
-        """Start downloading a variant's files to this server; it goes on in the background."""
-        return self._act(model, "download", variant)
+    def download(
+        self,
+        model: ModelRef,
+        variant: str,
+        *,
+        revision: str | None = None,
+        team: str | None = None,
+    ) -> Model:
+        """Start downloading a variant's files to this server; it goes on in the background
+        (the variant's `download` tells how far). team: one you operate, whose Hugging Face
+        token reads a gated repository."""
+        pk = self._pk(model)
+        return Model.from_api(
+            self._transport.send(calls.download_model(pk, variant, revision, team))
+        )
 
     def retry(self, model: ModelRef, variant: str) -> Model:
         """Try a failed download of a variant again."""
-        return self._act(model, "retry", variant)
+        request = calls.model_action(self._pk(model), "retry", variant)
+        return Model.from_api(self._transport.send(request))
 
-    def _act(self, model: ModelRef, act: str, variant: str) -> Model:
-        pk = model.id if isinstance(model, Model) else model
-        if not isinstance(pk, int):
-            pk = self.get(pk).id
-        self._transport.send(calls.model_action(pk, act, variant))
-        return self.get(pk)
+    def _pk(self, model: ModelRef) -> int:
+        if isinstance(model, Model):
+            return model.id
+        return model if isinstance(model, int) else self.get(model).id
 
 
 class AsyncModels:
@@ -115,21 +128,30 @@ class AsyncModels:
             return Model.from_api(await self._transport.send(calls.model_by_id(model)))
         return calls.picked_model(model, await self._transport.send(calls.model_by_repo(model)))
 
-    async def add(self, repo_id: str) -> Model:
-        """Add a model of the Hugging Face hub to the catalog by its repository id."""
-        return Model.from_api(await self._transport.send(calls.add_model(repo_id)))
+    async def add(
+        self, repo_id: str, *, revision: str | None = None, team: str | None = None
+    ) -> Model:
+        """Add a model of the Hugging Face hub to the catalog; see Models.add."""
+        return Model.from_api(await self._transport.send(calls.add_model(repo_id, revision, team)))
 
-    async def download(self, model: ModelRef, variant: str) -> Model:
-        """Start downloading a variant's files to this server; it goes on in the background."""
-        return await self._act(model, "download", variant)
+    async def download(
+        self,
+        model: ModelRef,
+        variant: str,
+        *,
+        revision: str | None = None,
+        team: str | None = None,
+    ) -> Model:
+        """Start downloading a variant's files to this server; see Models.download."""
+        request = calls.download_model(await self._pk(model), variant, revision, team)
+        return Model.from_api(await self._transport.send(request))
 
     async def retry(self, model: ModelRef, variant: str) -> Model:
         """Try a failed download of a variant again."""
-        return await self._act(model, "retry", variant)
+        request = calls.model_action(await self._pk(model), "retry", variant)
+        return Model.from_api(await self._transport.send(request))
 
-    async def _act(self, model: ModelRef, act: str, variant: str) -> Model:
-        pk = model.id if isinstance(model, Model) else model
-        if not isinstance(pk, int):
-            pk = (await self.get(pk)).id
-        await self._transport.send(calls.model_action(pk, act, variant))
-        return await self.get(pk)
+    async def _pk(self, model: ModelRef) -> int:
+        if isinstance(model, Model):
+            return model.id
+        return model if isinstance(model, int) else (await self.get(model)).id

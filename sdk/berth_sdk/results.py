@@ -367,8 +367,31 @@ class FitCheck:
 
 
 @dataclass(frozen=True)
+class Download:
+    """A variant's latest download to this server: its state (queued, downloading, ready,
+    failed or must_redownload), how far it got, and why it failed ("" unless it did)."""
+
+    state: str
+    revision: str
+    progress_gb: float
+    size_gb: float
+    error: str
+
+    @classmethod
+    def from_api(cls, data: Json) -> Download:
+        return cls(
+            state=str(data["state"]),
+            revision=str(data.get("revision", "")),
+            progress_gb=float(data.get("progress_gb", 0.0)),
+            size_gb=float(data.get("size_gb", 0.0)),
+            error=str(data.get("error", "")),
+        )
+
+
+@dataclass(frozen=True)
 class Variant:
-    """One way to run a model: a precision and a file format."""
+    """One way to run a model: a precision and a file format. `download` is its latest
+    download to this server (None: never asked for)."""
 
     name: str
     precision: str
@@ -378,9 +401,11 @@ class Variant:
     engine: str
     min_compute_capability: str | None
     on_this_server: bool
+    download: Download | None = None
 
     @classmethod
     def from_api(cls, data: Json) -> Variant:
+        download = data.get("download")
         return cls(
             name=str(data["name"]),
             precision=str(data.get("precision", "")),
@@ -390,6 +415,7 @@ class Variant:
             engine=str(data.get("engine", "")),
             min_compute_capability=data.get("min_compute_capability"),
             on_this_server=bool(data.get("on_this_server", False)),
+            download=Download.from_api(download) if download else None,
         )
 
 
