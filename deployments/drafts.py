@@ -47,6 +47,7 @@ class Draft:
     chat_name: str | None = None  # None: not proposed yet
     revision: str = ""
     team_id: int | None = None
+    autoscaling: dict[str, Any] | None = None  # the API's object; None: a fixed number
     touched_at: float = 0.0
     # Said once on the next page (what a preset changed, a capped share): every valid POST
     # redirects, so the browser's back and forward only ever revisit GETs.
@@ -141,4 +142,5 @@ def host_request(draft: Draft, team: Team) -> actions.HostRequest:
         engine_settings=draft.settings,
         chat_name=draft.chat_name or "",
         revision=draft.revision,
+        autoscaling=draft.autoscaling,
     )

@@ -60,6 +60,22 @@ class ReviewForm(forms.Form):
     chat_name = forms.CharField(label="Offer in chat as", max_length=100, required=False)
     revision = forms.CharField(label="Revision", max_length=100, required=False)
     team = forms.TypedChoiceField(coerce=int, label="Team")
+    # Advanced mode: the copies above are the starting number, kept within these bounds.
+    autoscale = forms.BooleanField(label="Scale by itself with the load", required=False)
+    min_copies = forms.IntegerField(label="Lowest copies", required=False)
+    max_copies = forms.IntegerField(label="Highest copies", required=False)
+    target_in_flight = forms.FloatField(label="Requests in flight per copy", required=False)
+
+    AUTOSCALING_FIELDS = ("autoscale", "min_copies", "max_copies", "target_in_flight")
+
+    def autoscaling(self) -> dict[str, Any] | None:
+        """The API's autoscaling object from what was typed (deployments/autoscaling.py checks
+        it when Host is pressed); None unless asked for."""
+        data = getattr(self, "cleaned_data", {})
+        if not data.get("autoscale"):
+            return None
+        chosen = {name: data.get(name) for name in self.AUTOSCALING_FIELDS[1:]}
+        return {name: value for name, value in chosen.items() if value is not None}
 
     def __init__(self, *args: Any, teams: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -27,6 +27,7 @@ from catalog.models import Model
 from clusters.models import Cluster
 from console.access import operated_teams, require_operator_somewhere
 from deployments import actions, choosing
+from deployments.autoscaling import DEFAULT_TARGET_IN_FLIGHT
 from deployments.drafts import (
     STEP_TITLES,
     Draft,
@@ -399,8 +400,19 @@ def review_form(request: HttpRequest, draft: Draft, data: Any = None) -> ReviewF
         "chat_name": draft.chat_name,
         "revision": draft.revision,
         "team": draft.team_id,
+        **autoscaling_initial(draft),
     }
     return ReviewForm(data, initial=initial, teams=operated_teams(request.user))
+
+
+def autoscaling_initial(draft: Draft) -> dict[str, Any]:
+    chosen = draft.autoscaling or {}
+    return {
+        "autoscale": draft.autoscaling is not None,
+        "min_copies": chosen.get("min_copies", draft.copies),
+        "max_copies": chosen.get("max_copies", draft.copies + 1),
+        "target_in_flight": chosen.get("target_in_flight", DEFAULT_TARGET_IN_FLIGHT),
+    }
 
 
 def read_review(draft: Draft, form: ReviewForm) -> None:
@@ -410,6 +422,8 @@ def read_review(draft: Draft, form: ReviewForm) -> None:
     draft.chat_name = data.get("chat_name", draft.chat_name or "").strip()
     draft.revision = data.get("revision", draft.revision).strip()
     draft.team_id = data.get("team", draft.team_id)
+    if "autoscale" in form.data or "min_copies" in form.data:  # advanced mode showed them
+        draft.autoscaling = form.autoscaling()
 
 
 @never_cache
@@ -440,7 +454,8 @@ def host(request: HttpRequest, draft: Draft, form: ReviewForm) -> HttpResponse:
     try:
         deployment = actions.host(request.user, host_request(draft, team))
     except actions.ActionRefused as refused:
-        field_name = refused.field if refused.field in form.fields else None
+        field = refused.field.removeprefix("autoscaling.")
+        field_name = field if field in form.fields else None
         form.add_error(field_name, refused.message)
         return review_page(request, draft, form)
     forget(request, draft.id)
