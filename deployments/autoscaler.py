@@ -11,9 +11,9 @@ from datetime import timedelta
 from django.conf import settings
 from django.utils import timezone
 
-from deployments import actions, autoscaling, load
+from deployments import actions, autoscaling, engine_figures, load
 from deployments.choices import DEPLOYMENT_SERVING, CopyState
-from deployments.models import Copy, Deployment, EngineFigures
+from deployments.models import Copy, Deployment
 
 # Engine figures older than this many scrapes say nothing about the load now.
 FRESH_SCRAPES = 3
@@ -64,18 +64,7 @@ def engine_load(deployment: Deployment) -> tuple[float, float | None]:
     """Requests waiting inside the engines, and their mean time to first token (ms) between
     the last two scrapes; nothing when the figures are not fresh."""
     fresh_since = timezone.now() - timedelta(seconds=FRESH_SCRAPES * settings.METRICS_EVERY_S)
-    last_two = list(
-        EngineFigures.objects.filter(deployment_id=deployment.pk, at__gte=fresh_since).order_by(
-            "-at"
-        )[:2]
-    )
-    if not last_two:
+    latest = engine_figures.points(deployment.pk, limit=1)
+    if not latest or latest[-1].at < fresh_since:
         return 0.0, None
-    waiting = last_two[0].requests_waiting
-    if len(last_two) < 2:
-        return waiting, None
-    newer, older = last_two
-    answered = newer.ttft_count - older.ttft_count
-    if answered <= 0:
-        return waiting, None
-    return waiting, 1000 * (newer.ttft_seconds_sum - older.ttft_seconds_sum) / answered
+    return latest[-1].waiting, latest[-1].ttft_ms

@@ -61,6 +61,7 @@ def prune() -> int:
 @dataclass(frozen=True)
 class Point:
     at: datetime
+    copies: int
     running: float
     waiting: float
     kv_percent: float
@@ -91,6 +92,7 @@ def points(deployment_id: int, limit: int = 60) -> list[Point]:
         result.append(
             Point(
                 at=newer.at,
+                copies=newer.copies,
                 running=newer.requests_running,
                 waiting=newer.requests_waiting,
                 kv_percent=newer.kv_cache_usage * 100,
@@ -101,11 +103,30 @@ def points(deployment_id: int, limit: int = 60) -> list[Point]:
     return result
 
 
-def sparkline(values: list[float], width: int = 120, height: int = 24) -> str:
+def copies_and_load(deployment_id: int, since: datetime) -> dict[str, object]:
+    """The Autoscaling panel's chart: copies and load (requests running and waiting in the
+    engines) at each scrape since `since`, on one scale so that they can be compared."""
+    series = [p for p in points(deployment_id, limit=720) if p.at >= since]
+    if len(series) < 2:
+        return {}
+    copies = [float(p.copies) for p in series]
+    load = [p.running + p.waiting for p in series]
+    top = max(*copies, *load, 1.0)
+    return {
+        "copies": sparkline(copies, top=top),
+        "load": sparkline(load, top=top),
+        "top": top,
+        "minutes": round((series[-1].at - series[0].at).total_seconds() / 60),
+    }
+
+
+def sparkline(
+    values: list[float], width: int = 120, height: int = 24, top: float | None = None
+) -> str:
     """An SVG polyline's points for a small chart (no script, no library)."""
     if len(values) < 2:
         return ""
-    top = max(values) or 1.0
+    top = top or max(values) or 1.0
     step = width / (len(values) - 1)
     return " ".join(f"{i * step:.1f},{height - v / top * height:.1f}" for i, v in enumerate(values))
 

@@ -4,11 +4,13 @@ the whole page and the live socket (console/live_render.py) renders it alone, ou
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 from typing import Any
 
 import redis
 from django.conf import settings
 from django.db.models import Count, Q, QuerySet
+from django.utils import timezone
 
 from console.access import operates_team
 from deployments import autoscaling, load, machine_files
@@ -64,9 +66,11 @@ def autoscaling_panel(deployment: Deployment) -> dict[str, Any]:
             pending = load.read_pending(deployment.pk)
         except redis.RedisError:  # the panel says less, the page still opens
             pending = None
+    an_hour_ago = timezone.now() - timedelta(hours=1)
     return {
         "policy": policy,
         "pending": pending,
+        "chart": figures_of_engines.copies_and_load(deployment.pk, an_hour_ago) if policy else {},
         "pending_for_s": int(time.time() - pending.since) if pending else 0,
         "default_up_window": settings.AUTOSCALE_UP_WINDOW_S,
         "default_down_window": settings.AUTOSCALE_DOWN_WINDOW_S,

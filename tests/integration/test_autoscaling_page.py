@@ -5,12 +5,14 @@ posts are refused); the API's autoscaling object is the same policy."""
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
 from deployments import load
 from deployments.autoscaling import Pending
-from deployments.models import Deployment, Event
+from deployments.models import Deployment, EngineFigures, Event
 
 pytestmark = pytest.mark.django_db
 
@@ -40,6 +42,17 @@ def test_an_operator_turns_it_on_sees_the_policy_and_turns_it_off(as_bob, red_de
     assert "Waiting to go to 3 copies: the load has asked for it for 4 s." in page(
         as_bob, red_deployment
     )
+
+    assert 'id="autoscaling-chart"' not in page(as_bob, red_deployment)  # nothing scraped yet
+    now = timezone.now()
+    for seconds_ago, copies, running in ((120, 1, 1), (60, 2, 6), (0, 3, 9)):
+        EngineFigures.objects.create(
+            deployment=red_deployment, at=now - timedelta(seconds=seconds_ago),
+            copies=copies, requests_running=running,
+        )  # fmt: skip
+    shown = page(as_bob, red_deployment)
+    assert 'aria-label="Copies and load over the last 1 minute"' in shown
+    assert "Copies (solid) and load" in shown
 
     off = post(as_bob, red_deployment, off="1")
     assert "Autoscaling is off: 1 copy from now on." in off
