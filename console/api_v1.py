@@ -29,7 +29,7 @@ from catalog.api import router as catalog_router
 from clusters.api import router as clusters_router
 from console import keys
 from console.api import router as me_router
-from console.api_schema import InvalidForModel
+from console.api_schema import InvalidForModel, error_body
 from console.events_api import router as events_router
 from console.keys_api import router as keys_router
 from console.lists import FilterRefused
@@ -42,10 +42,12 @@ DESCRIPTION = """Host and watch LLMs on your GPU clusters.
 
 Authenticate with an API key (`Authorization: Bearer berth_…`; create one under *API keys*) or
 the console's session (then POSTs need the `X-CSRFToken` header). Errors are
-`{"detail": "<field>: <what is wrong and what is allowed>", "field": "<field>"}`: 400 for a
-request Berth refuses, 422 for one that is malformed or impossible for the model, 403 when your
-role in the team only lets you read, 404 for what is not in your teams. Memory is in GiB
-(2^30 bytes) with two decimals, in fields ending in `_gb`."""
+`{"detail": "<field>: <what is wrong and what is allowed>", "field": "<field>"}`: 422 for a
+request against a rule this document states (malformed, out of range) or impossible for the
+model, 400 for one Berth cannot do for what is there (a name taken, a model not in the catalog,
+a deployment already stopped), 403 when your role in the team only lets you read, 404 for what
+is not in your teams (an unknown path or a malformed id too), 405 for a method a path does not
+take. Memory is in GiB (2^30 bytes) with two decimals, in fields ending in `_gb`."""
 CSRF_REFUSED = (
     "CSRF check failed: send the X-CSRFToken header with the csrftoken cookie's value, "
     "or use an API key (Authorization: Bearer …) instead of the session."
@@ -86,10 +88,6 @@ def refuse_constant(name: str) -> Any:
 
 
 # --- errors --------------------------------------------------------------------------------
-
-
-def error_body(message: str, field: str = "") -> dict[str, str]:
-    return {"detail": f"{field}: {message}" if field else message, "field": field}
 
 
 def validation_field(location: Iterable[Any]) -> str:

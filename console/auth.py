@@ -10,16 +10,26 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 
 from console import keys
+from console.api_schema import error_body
 from console.models import ApiKey
 
-API_PREFIXES = ("/api/", "/v1/")
+REST_API_PREFIX = "/api/"
+API_PREFIXES = (REST_API_PREFIX, "/v1/")  # the REST API and the gateway
 
 
 def is_api_path(path: str) -> bool:
     return path.startswith(API_PREFIXES)
 
 
-def api_error(status: int, message: str) -> JsonResponse:
+def is_rest_api_path(path: str) -> bool:
+    return path.startswith(REST_API_PREFIX)
+
+
+def api_error(request: HttpRequest, status: int, message: str) -> JsonResponse:
+    """A refusal before any view: in the REST API's error body, the one its OpenAPI document
+    declares for 401 and 403, or in the gateway's (OpenAI's), the one its clients read."""
+    if is_rest_api_path(request.path):
+        return JsonResponse(error_body(message), status=status)
     return JsonResponse({"error": {"message": message, "code": status}}, status=status)
 
 
@@ -37,10 +47,10 @@ class ApiKeyMiddleware:
         if token is not None and is_api_path(request.path):
             key = ApiKey.find(token)
             if key is None or not key.user.is_active:
-                return api_error(401, keys.NOT_VALID)
+                return api_error(request, 401, keys.NOT_VALID)
             refusal = keys.console_refusal(key, request.method or "GET", request.path)
             if refusal:
-                return api_error(403, refusal)
+                return api_error(request, 403, refusal)
             ApiKey.objects.filter(pk=key.pk).update(last_used_at=timezone.now())
             request.user = key.user
             request.api_key = key  # type: ignore[attr-defined]
@@ -53,5 +63,7 @@ class BerthLoginRequiredMiddleware(LoginRequiredMiddleware):
 
     def handle_no_permission(self, request: HttpRequest, view_func: Any) -> HttpResponse:
         if is_api_path(request.path):
-            return api_error(401, "Authentication required: send Authorization: Bearer <API key>.")
+            return api_error(
+                request, 401, "Authentication required: send Authorization: Bearer <API key>."
+            )
         return super().handle_no_permission(request, view_func)

@@ -7,6 +7,8 @@ answer in the API's JSON instead, as its own errors do (console/api_v1.py).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.middleware.csrf import REASON_NO_CSRF_COOKIE
 from django.shortcuts import render
@@ -14,8 +16,9 @@ from django.urls import Resolver404
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views import defaults
 
-from console.api_v1 import CSRF_REFUSED, error_body
-from console.auth import is_api_path
+from console.api_schema import error_body
+from console.api_v1 import CSRF_REFUSED
+from console.auth import is_api_path, is_rest_api_path
 
 SERVER_ERROR = (
     "Berth failed on this request; the error is in the web server's log. "
@@ -91,3 +94,39 @@ def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
     why, what_to_do = csrf_cause(reason)
     context = {"why": why, "what_to_do": what_to_do, "back": page_back(request)}
     return render(request, "403_csrf.html", context, status=403)
+
+
+# --- the REST API answers JSON, whatever refused the request --------------------------------
+
+
+def is_json(response: HttpResponse) -> bool:
+    return response.get("Content-Type", "").startswith("application/json")
+
+
+def method_not_allowed(request: HttpRequest, allow: str) -> HttpResponse:
+    # django-ninja lists them from a set: sorted, the same on every answer.
+    allowed = ", ".join(sorted(method.strip() for method in allow.split(",") if method.strip()))
+    words = f"{request.method} is not allowed at {request.path}; it answers {allowed}."
+    response = JsonResponse(error_body(words), status=405)
+    response["Allow"] = allowed  # RFC 9110: a 405 lists the methods the resource does answer
+    return response
+
+
+class JsonApiErrors:
+    """Every /api/ path answers the API's JSON error body, also where no API view answered:
+    django-ninja's 405 is plain text, and with DEBUG on Django answers an unknown URL (a
+    malformed id included) with its HTML debug page, since handler404 applies only with DEBUG
+    off. The OpenAPI document promises JSON for every answer, and clients read it so."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        if not is_rest_api_path(request.path) or is_json(response):
+            return response
+        if response.status_code == 404:
+            return JsonResponse(error_body(f"There is no page at {request.path}."), status=404)
+        if response.status_code == 405:
+            return method_not_allowed(request, response.get("Allow", ""))
+        return response

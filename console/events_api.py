@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
+from django import forms
 from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
+from pydantic import WithJsonSchema
 
 from console import events
 from console.api_schema import ERRORS
@@ -28,18 +30,39 @@ class EventsOut(Schema):
     next_cursor: str | None = Field(description="pass as ?cursor= for the next page; null: last")
 
 
+def stated(name: str) -> dict[str, Any]:
+    """What EventFilter's field takes, for the schema: its choices (empty: any) or its length."""
+    field = events.EventFilter.base_fields[name]
+    if isinstance(field, forms.ChoiceField):
+        values = [str(value) for value, _label in field.choices]
+        return {"enum": values if "" in values else ["", *values]}
+    return {"maxLength": field.max_length} if field.max_length else {}
+
+
+def said(name: str, words: str) -> Any:
+    return Field(None, description=words, json_schema_extra=stated(name))
+
+
+# Read as text by read_limit(), which refuses one that is not a number in range, in words.
+Limit = Annotated[
+    str, WithJsonSchema({"type": "integer", "minimum": 1, "maximum": events.MAX_LIMIT})
+]
+
+
 class EventQuery(Schema):
     """Documented here; read by console/events.py's EventFilter, which refuses a bad value with
-    its name (400) rather than dropping it."""
+    its name (400) rather than dropping it. The choices and lengths stated are its own."""
 
     team: str | None = Field(None, description="a team's name, one of yours")
-    actor: str | None = Field(None, description="a username, exactly (case aside)")
-    object: str | None = Field(None, description="text in the deployment's name or the target")
-    kind: str | None = Field(None, description=f"one of {', '.join(events.KINDS)}")
-    since: str | None = Field(None, description="from: 2026-03-01 or 2026-03-01T14:30 (UTC)")
-    until: str | None = Field(None, description="before this time; a date includes its day")
-    order: str | None = Field(None, description="newest (the default) or oldest")
-    limit: str | None = Field(None, description=f"1 to {events.MAX_LIMIT}; {events.PAGE_SIZE}")
+    actor: str | None = said("actor", "a username, exactly (case aside)")
+    object: str | None = said("object", "text in the deployment's name or the target")
+    kind: str | None = said("kind", "a kind of event; empty: any")
+    since: str | None = said("since", "from: 2026-03-01 or 2026-03-01T14:30 (UTC), a day that is")
+    until: str | None = said("until", "before this time; a date includes its day")
+    order: str | None = said("order", "newest (the default) or oldest")
+    limit: Limit | None = Field(
+        None, description=f"rows per page, 1 to {events.MAX_LIMIT}; {events.PAGE_SIZE} left out"
+    )
     cursor: str | None = Field(None, description="the next_cursor of the page before")
 
 

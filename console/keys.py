@@ -9,6 +9,7 @@ announced (console/live.py::access_changed) so that the gateway forgets what it 
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -20,6 +21,11 @@ from console.models import ApiKey, KeyScope
 from placement.words import when
 
 MAX_DAYS = 3650
+LONGEST_NAME = 100
+# str.isspace()'s characters, as a regular expression's class that Python and JSON Schema
+# (ECMA 262) read alike: a key's name is text with one character that is none of them, no NUL.
+SPACES = r"\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+KEY_NAME = rf"^[^\x00]*[^\x00{SPACES}][^\x00]*$"
 # What a key of each scope may create: itself and what it includes.
 MAY_CREATE = {
     KeyScope.OPERATE: {KeyScope.OPERATE, KeyScope.READ, KeyScope.CHAT},
@@ -52,6 +58,17 @@ class KeyRefused(ValueError):
     def __init__(self, message: str, field: str = "") -> None:
         super().__init__(message)
         self.message, self.field = message, field
+
+
+def key_name(name: Any) -> str:
+    """The name as given, checked as sent (1 to 100 characters, not only spaces, no NUL),
+    then without the spaces around it."""
+    text = name if isinstance(name, str) else ""
+    if len(text) > LONGEST_NAME or not re.fullmatch(KEY_NAME, text):
+        raise KeyRefused(
+            f"give the key a name of 1 to {LONGEST_NAME} characters, e.g. “notebook”", "name"
+        )
+    return text.strip()
 
 
 def scope_named(text: str) -> KeyScope:
@@ -108,9 +125,7 @@ def issue(
     by: str = "",
 ) -> tuple[ApiKey, str]:
     """Issue a key for `owner`; returns it with its secret (shown once, never stored)."""
-    name = (name or "").strip()
-    if not name or len(name) > 100:
-        raise KeyRefused("give the key a name of 1 to 100 characters, e.g. “notebook”", "name")
+    name = key_name(name)
     chosen = scope_named(scope)
     expires_at = expiry_after(expires_in_days, timezone.now())
     if made_with is not None:

@@ -3,25 +3,45 @@ revoke the caller's keys. The secret of a new key is in the answer once, never a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from django.http import HttpRequest
-from django.shortcuts import get_object_or_404
+from django.http import Http404, HttpRequest
+from django.utils import timezone
 from ninja import Field, Router, Schema, Status
+from pydantic import AfterValidator
 
-from console import keys
-from console.api_schema import ERRORS
+from console import api_schema, keys
+from console.api_schema import ERRORS, StrictSchema, Whole
 from console.forms import KeyFilter
 from console.models import ApiKey, KeyScope
 
 router = Router(tags=["keys"])
 
 
-class KeyIn(Schema):
-    name: str = Field(max_length=100)
-    scope: str = Field(KeyScope.OPERATE, description="read, chat or operate")
-    expires_in_days: int | None = Field(None, description=f"1 to {keys.MAX_DAYS}; none: never")
+def ruled(check: Callable[[Any], Any]) -> AfterValidator:
+    return api_schema.ruled(check, (keys.KeyRefused,))
+
+
+# Each as console/keys.py checks it, stated from its constants.
+KeyName = Annotated[
+    str,
+    ruled(keys.key_name),
+    Field(json_schema_extra={"maxLength": keys.LONGEST_NAME, "pattern": keys.KEY_NAME}),
+]
+Scope = Annotated[str, ruled(keys.scope_named), Field(json_schema_extra={"enum": KeyScope.values})]
+Days = Annotated[
+    Whole,
+    ruled(lambda days: keys.expiry_after(days, timezone.now())),
+    Field(json_schema_extra={"minimum": 1, "maximum": keys.MAX_DAYS}),
+]
+
+
+class KeyIn(StrictSchema):
+    name: KeyName = Field(description="what the key is for; the spaces around it are dropped")
+    scope: Scope = Field(KeyScope.OPERATE, description="read, chat or operate")
+    expires_in_days: Days | None = Field(None, description=f"1 to {keys.MAX_DAYS}; null: never")
 
 
 class KeyOut(Schema):
@@ -68,9 +88,11 @@ def create_key(request: HttpRequest, payload: KeyIn) -> Status:
     return Status(201, {**key_out(key), "key": secret})
 
 
-@router.post("/keys/{key_id}/revoke", response={200: KeyOut, **ERRORS})
+@router.post("/keys/{int:key_id}/revoke", response={200: KeyOut, **ERRORS})
 def revoke_key(request: HttpRequest, key_id: int) -> dict[str, Any]:
-    key = get_object_or_404(ApiKey, pk=key_id, user=request.user)
+    key = ApiKey.objects.filter(pk=key_id, user=request.user).first()
+    if key is None:
+        raise Http404(f"No key {key_id} of yours; GET /api/v1/keys lists them.")
     if key.revoked_at is None:
         keys.revoke(request.user, key)
         key.refresh_from_db()

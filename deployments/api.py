@@ -1,8 +1,9 @@
 """The deployments API: host, read, scale, stop, start, check, delete and change deployments,
 and check the fit or estimate the memory of a model before hosting it.
 
-The API's shared vocabulary (the error body, strict input schemas) is console/api_schema.py
-(GiB, like every unit, comes from placement.words); console/api_v1.py assembles the routers.
+What it reads, each field with its rules, is deployments/api_input.py; the API's shared
+vocabulary (the error body, strict input schemas) is console/api_schema.py (GiB, like every
+unit, comes from placement.words); console/api_v1.py assembles the routers.
 Changes go through deployments.actions only; access through deployments.access.
 """
 
@@ -11,114 +12,37 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable, Iterable
 from datetime import datetime
-from decimal import Decimal
-from typing import Annotated, Any
+from typing import Any
 
 from django.core.exceptions import PermissionDenied
 from django.db.models import Prefetch
 from django.http import HttpRequest
 from ninja import Field, Router, Schema, Status
-from pydantic import WithJsonSchema
 
 import placement
 from catalog.models import Model, Variant
 from clusters.models import Accelerator, Cluster
 from console.access import NEEDS_OPERATE, operated_teams, team_roles
-from console.api_schema import ERRORS, InvalidForModel, StrictSchema, Text
+from console.api_schema import ERRORS, InvalidForModel
 from console.models import Team
 from deployments import actions, choosing, machine_files
 from deployments.access import get_deployment, visible_deployments
 from deployments.actions import ActionRefused, HostRequest
+from deployments.api_input import (
+    ChatNameIn,
+    EngineSettingsIn,
+    EstimateIn,
+    FitCheckIn,
+    HostIn,
+    ReplyWaitIn,
+    ScaleIn,
+)
 from deployments.choices import CopyState
 from deployments.engine.settings import CATALOG as ENGINE_SETTINGS
 from deployments.forms import DeploymentFilter, LogFilter
 from deployments.models import Copy, Deployment, LogLine, Reservation
 from deployments.placing import estimate, fit_check, placement_request
 from placement.words import in_gib
-
-# --- input types ---------------------------------------------------------------------------
-
-
-SIZE_HELP = (
-    "accelerators per copy: a share 0 < s < 1 of one GPU (e.g. 0.25, 0.5), 1, or a whole "
-    "number n > 1 of GPUs of one machine (tensor parallel)"
-)
-# A number as the client wrote it (0.1 stays 0.1, "0.5" is accepted too), below the column's
-# 999.999 and finite (JSON's 1e999 reads as infinity). What makes a size is checked by
-# deployments.actions.parse_size, in the words the wizard shows too.
-Size = Annotated[
-    Decimal,
-    Field(strict=False, lt=1000, allow_inf_nan=False),
-    WithJsonSchema({"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1000}),
-]
-
-
-class HostIn(StrictSchema):
-    model: Text = Field(max_length=200, description="the model's repository id, e.g. Qwen/Qwen3-8B")
-    variant: Text | None = Field(
-        None,
-        max_length=40,
-        description="a variant of the model, e.g. bf16; left out: the one that runs and fits "
-        "there, one already on this server first",
-    )
-    cluster: Text | None = Field(
-        None,
-        max_length=63,
-        description="the cluster's name; left out: the first, by name, where a copy fits now",
-    )
-    team: Text | None = Field(
-        None, max_length=63, description="optional when you are an operator of exactly one team"
-    )
-    name: Text | None = Field(
-        None,
-        max_length=200,
-        description="lowercase letters, digits and dashes, e.g. qwen3-8b; left out: a unique "
-        "name from the repository id",
-    )
-    copies: int = Field(1, description="how many copies run, 0 to 1000")
-    accelerators_per_copy: Size = Field(1, description=SIZE_HELP)
-    engine_settings: dict[str, Any] = Field(
-        default_factory=dict, description="only what differs from the engine's defaults"
-    )
-    chat_name: Text = Field("", max_length=200, description="the name in chat; empty: not in chat")
-    reply_wait_s: int | None = Field(None, description="10 to 1800 s; null: the gateway's default")
-    revision: Text = Field(
-        "", max_length=100, description="a branch, tag or commit on Hugging Face"
-    )
-
-
-class ScaleIn(StrictSchema):
-    copies: int = Field(description="how many copies run, 0 to 1000")
-    accelerators_per_copy: Size | None = Field(None, description=f"{SIZE_HELP}; null: unchanged")
-
-
-class ChatNameIn(StrictSchema):
-    chat_name: Text = Field(max_length=200, description="empty: stop offering it in chat")
-
-
-class ReplyWaitIn(StrictSchema):
-    reply_wait_s: int | None = Field(description="10 to 1800 s; null: the gateway's default")
-
-
-class EngineSettingsIn(StrictSchema):
-    engine_settings: dict[str, Any] = Field(description="only what differs from the defaults")
-
-
-class FitCheckIn(StrictSchema):
-    model: Text = Field(max_length=200)
-    variant: Text = Field(max_length=40)
-    cluster: Text = Field(max_length=63)
-    copies: int = Field(1, description="how many copies to place, 0 to 1000")
-    accelerators_per_copy: Size = Field(1, description=SIZE_HELP)
-    engine_settings: dict[str, Any] = Field(default_factory=dict)
-
-
-class EstimateIn(StrictSchema):
-    model: Text = Field(max_length=200)
-    variant: Text = Field(max_length=40)
-    engine_settings: dict[str, Any] = Field(default_factory=dict)
-    tensor_parallel: int = Field(1, ge=1, le=1024, description="GPUs one copy is split over")
-
 
 # --- output types --------------------------------------------------------------------------
 

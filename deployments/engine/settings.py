@@ -147,17 +147,18 @@ def parse_other_flags(raw: Any, flags: FlagList) -> str:
     return raw.strip()
 
 
+def kind_words(setting: Setting) -> str:
+    return "whole " if setting.kind is int else ""
+
+
 def parse_number(setting: Setting, raw: Any) -> Any:
-    if (
-        isinstance(raw, bool)
-        or not isinstance(raw, int | float)
-        or (setting.kind is int and raw != int(raw))
-    ):
-        raise EngineSettingsError(
-            setting.name, f"must be a {'whole ' if setting.kind is int else ''}number"
-        )
+    if isinstance(raw, bool) or not isinstance(raw, int | float):
+        raise EngineSettingsError(setting.name, f"must be a {kind_words(setting)}number")
+    # Before int(): JSON's 1e999 reads as infinity, which int() cannot take.
     if raw != raw or raw in (float("inf"), float("-inf")):  # NaN or infinite
         raise EngineSettingsError(setting.name, "must be a finite number")
+    if setting.kind is int and raw != int(raw):
+        raise EngineSettingsError(setting.name, f"must be a {kind_words(setting)}number")
     value = setting.kind(raw)
     if (setting.low is not None and value < setting.low) or (
         setting.high is not None and value > setting.high
@@ -166,6 +167,16 @@ def parse_number(setting: Setting, raw: Any) -> Any:
             setting.name, f"must be between {setting.low:g} and {setting.high:g}"
         )
     return value
+
+
+def known_setting(name: str) -> Setting:
+    if name in NOT_SETTINGS:
+        raise EngineSettingsError(name, NOT_SETTINGS[name])
+    setting = CATALOG.get(name)
+    if setting is None:
+        known = ", ".join(sorted(CATALOG))
+        raise EngineSettingsError(name, f"is not a setting Berth knows; known settings: {known}")
+    return setting
 
 
 def validate_settings(settings: Any, version: str) -> dict[str, Any]:
@@ -180,14 +191,7 @@ def validate_settings(settings: Any, version: str) -> dict[str, Any]:
     flags = flags_for(version)
     checked = {}
     for name, raw in settings.items():
-        setting = CATALOG.get(name)
-        if name in NOT_SETTINGS:
-            raise EngineSettingsError(name, NOT_SETTINGS[name])
-        if setting is None:
-            known = ", ".join(sorted(CATALOG))
-            raise EngineSettingsError(
-                name, f"is not a setting Berth knows; known settings: {known}"
-            )
+        setting = known_setting(name)
         value = parse_value(setting, raw, flags)
         if name != "other_flags" or value:
             checked[name] = value
@@ -201,3 +205,42 @@ def without_defaults(settings: dict[str, Any]) -> dict[str, Any]:
         for name, value in settings.items()
         if value not in (None, "") and value != CATALOG[name].default
     }
+
+
+# --- what the API's OpenAPI document states ------------------------------------------------
+
+
+def setting_schema(setting: Setting) -> dict[str, Any]:
+    """A setting's JSON Schema: what parse_value takes whatever the vLLM version. Parser names
+    and other flags are text here; the cluster's version decides which it takes."""
+    if setting.kind is bool:
+        return {"type": "boolean"}
+    if setting.choices:
+        return {"type": "string", "enum": list(setting.choices)}
+    if setting.kind is str:
+        return {"type": "string"}
+    return {
+        "type": "integer" if setting.kind is int else "number",
+        "minimum": setting.low,
+        "maximum": setting.high,
+    }
+
+
+def json_schema() -> dict[str, Any]:
+    properties = {name: setting_schema(setting) for name, setting in CATALOG.items()}
+    return {"type": "object", "properties": properties, "additionalProperties": False}
+
+
+def check_shape(settings: Any) -> dict[str, Any]:
+    """What json_schema() states, checked (EngineSettingsError naming the setting): names,
+    types, ranges and fixed choices; not the parser names or other flags of a version."""
+    if not isinstance(settings, dict):
+        raise EngineSettingsError("engine_settings", "must be an object of setting names to values")
+    for name, raw in settings.items():
+        setting = known_setting(name)
+        if setting.parsers or setting.name == "other_flags":
+            if not isinstance(raw, str):
+                raise EngineSettingsError(name, "must be text")
+        else:
+            parse_value(setting, raw)
+    return settings

@@ -1,26 +1,16 @@
 """The REST API at /api/v1/: what each endpoint answers, who may call it, how it refuses bad
-input (a message naming the field, nothing created), and a bounded schemathesis run that no
-request the OpenAPI document allows makes the server fail."""
+input (a message naming the field, nothing created). That the OpenAPI document tells the truth,
+schemathesis checks in test_api_schema.py."""
 
 from __future__ import annotations
 
-import itertools
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from decimal import Decimal
 from typing import Any
 
 import pytest
-import schemathesis
-from django.core.handlers.wsgi import WSGIHandler
 from django.core.management import call_command
-from django.core.signals import request_finished, request_started
-from django.db import close_old_connections
 from django.test import Client
-from hypothesis import HealthCheck, Phase, given, settings
-from hypothesis import strategies as st
-from schemathesis.checks import not_a_server_error
 
 from catalog.models import Model
 from clusters.models import Accelerator, Cluster, Machine
@@ -140,7 +130,7 @@ def test_anonymous_requests_get_401(demo):
         client.get(f"{API}/docs"),
     ]:
         assert response.status_code == 401
-        assert "Authentication required" in response.json()["error"]["message"]
+        assert "Authentication required" in response.json()["detail"]
     assert not Deployment.objects.exists()
 
 
@@ -266,14 +256,14 @@ BAD_HOSTS = [
     ),
     pytest.param(
         {"copies": -1},
-        400,
+        422,
         "copies",
         "copies: -1 is not allowed: use 0 to 1000",
         id="negative-copies",
     ),
     pytest.param(
         {"accelerators_per_copy": 0},
-        400,
+        422,
         "accelerators_per_copy",
         "accelerators_per_copy: 0 is not a size: use a share between 0 and 1 (e.g. 0.25, 0.5), "
         "1, or a whole number of accelerators (2, 4, 8)",
@@ -281,42 +271,42 @@ BAD_HOSTS = [
     ),
     pytest.param(
         {"accelerators_per_copy": 1.5},
-        400,
+        422,
         "accelerators_per_copy",
         "accelerators_per_copy: 1.5 is not a size",
         id="share-1.5",
     ),
     pytest.param(
         {"name": "Qwen3-8B"},
-        400,
+        422,
         "name",
         "name: use lowercase letters, digits and dashes (at most 63)",
         id="name-with-capitals",
     ),
     pytest.param(
         {"reply_wait_s": 5},
-        400,
+        422,
         "reply_wait_s",
         "reply_wait_s: 5 s is not allowed: use 10 to 1800 seconds, or leave it empty",
         id="reply-wait-5",
     ),
     pytest.param(
         {"reply_wait_s": 5000},
-        400,
+        422,
         "reply_wait_s",
         "reply_wait_s: 5000 s is not allowed: use 10 to 1800 seconds",
         id="reply-wait-5000",
     ),
     pytest.param(
         {"engine_settings": {"max_len": 8192}},
-        400,
+        422,
         "engine_settings",
         "engine_settings: max_len: is not a setting Berth knows; known settings: ",
         id="unknown-engine-setting",
     ),
     pytest.param(
         {"engine_settings": {"max_model_len": "long"}},
-        400,
+        422,
         "engine_settings",
         "engine_settings: max_model_len: must be a whole number",
         id="engine-setting-of-the-wrong-type",
@@ -339,7 +329,7 @@ BAD_HOSTS = [
         {"accelerators_per_copy": "half"},
         422,
         "accelerators_per_copy",
-        "accelerators_per_copy: Input should be a valid decimal",
+        "accelerators_per_copy: 'half' is not a size: write it as 0.25, 0.5, 1, 2",
         id="size-as-text",
     ),
     pytest.param(
@@ -360,7 +350,7 @@ BAD_HOSTS = [
         {"chat_name": "qwen\x00"},
         422,
         "chat_name",
-        "chat_name: must not contain NUL characters",
+        "chat_name: use printable characters only",
         id="nul-in-chat-name",
     ),
     pytest.param(
@@ -544,7 +534,7 @@ def test_an_operator_scales_renames_in_chat_and_sets_the_reply_wait(demo, bob, r
     wait = bobs.post(f"/deployments/{deployment.pk}/reply-wait", {"reply_wait_s": 60})
     assert (wait.status_code, wait.json()["reply_wait_s"]) == (200, 60)
     too_short = bobs.post(f"/deployments/{deployment.pk}/reply-wait", {"reply_wait_s": 5})
-    assert too_short.status_code == 400
+    assert too_short.status_code == 422
     assert too_short.json()["field"] == "reply_wait_s"
     negative = bobs.post(f"/deployments/{deployment.pk}/scale", {"copies": -2})
     assert negative.json()["detail"] == "copies: -2 is not allowed: use 0 to 1000"
@@ -647,8 +637,8 @@ def test_a_fit_check_says_why_copies_do_not_fit(demo, bob):
     ("changes", "status", "detail"),
     [
         ({"cluster": "mars"}, 400, "cluster: no cluster named mars; clusters: demo"),
-        ({"copies": -1}, 400, "copies: -1 is not allowed: use 0 to 1000"),
-        ({"accelerators_per_copy": 1.5}, 400, "accelerators_per_copy: 1.5 is not a size"),
+        ({"copies": -1}, 422, "copies: -1 is not allowed: use 0 to 1000"),
+        ({"accelerators_per_copy": 1.5}, 422, "accelerators_per_copy: 1.5 is not a size"),
         (
             {"engine_settings": {"max_model_len": 50000}},
             422,
@@ -763,7 +753,7 @@ def test_no_engine_api_key_is_ever_shown(demo, bob, red):
         assert "engine-secret-123" not in Caller(bob).get(path).content.decode()
 
 
-# --- the OpenAPI document, and fuzzing it ----------------------------------------------------
+# --- the OpenAPI document ----------------------------------------------------------------
 
 
 def test_the_openapi_document_lists_every_path_and_the_docs_load(as_bob):
@@ -775,72 +765,3 @@ def test_the_openapi_document_lists_every_path_and_the_docs_load(as_bob):
     }
     assert {"host", "scale", "stop", "start", "check_now", "delete", "check_fit"} <= operation_ids
     assert as_bob.get(f"{API}/docs").status_code == 200
-
-
-@contextmanager
-def connections_kept_open() -> Iterator[None]:
-    """Django closes "old" connections when a request starts and ends; inside a test that would
-    close the test's own transaction. django.test.Client avoids it the same way."""
-    request_started.disconnect(close_old_connections)
-    request_finished.disconnect(close_old_connections)
-    try:
-        yield
-    finally:
-        request_started.connect(close_old_connections)
-        request_finished.connect(close_old_connections)
-
-
-KNOWN_ROWS = {"model": "Qwen/Qwen3-8B", "variant": "bf16", "cluster": "demo"}
-
-
-def aimed_at_known_rows(case: Any, names: Iterator[int]) -> Any:
-    """Random model and cluster names only ever meet "not in the catalog": name real ones, so
-    that the random sizes, copies and engine settings reach the actions and placement too."""
-    if isinstance(case.body, dict):
-        case.body.update({key: value for key, value in KNOWN_ROWS.items() if key in case.body})
-        if "name" in case.body:  # hosting: a team alice may host in, a name not yet taken
-            case.body.update(team="demo", name=f"fuzz-{next(names)}")
-    return case
-
-
-def cases_for(operation: Any, known_id: int) -> st.SearchStrategy:
-    generated = operation.as_strategy()
-    names = itertools.count()
-    options = [generated, generated.map(lambda case: aimed_at_known_rows(case, names))]
-    if "{id}" in operation.path:  # random ids only ever find nothing: also aim at a real one
-        options.append(operation.as_strategy(path_parameters={"id": known_id}))
-    return st.one_of(options)
-
-
-def fuzz(operation: Any, app: WSGIHandler, headers: dict[str, str], known_id: int) -> None:
-    @settings(
-        max_examples=20,
-        derandomize=True,
-        deadline=None,
-        database=None,
-        phases=[Phase.explicit, Phase.generate],
-        suppress_health_check=list(HealthCheck),
-    )
-    @given(case=cases_for(operation, known_id))
-    def call(case: Any) -> None:
-        response = case.call(app=app, headers=headers)
-        case.validate_response(response, checks=[not_a_server_error])
-
-    call()
-
-
-def test_no_request_the_openapi_document_allows_makes_the_server_fail(
-    demo, alice, red, monkeypatch
-):
-    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # adding a model: no hub answers
-    headers = key_headers(alice)
-    document = Client().get(f"{API}/openapi.json", headers=headers).json()
-    schema = schemathesis.openapi.from_dict(document)
-    operations = [result.ok() for result in schema.get_all_operations()]
-    assert len(operations) == 28
-    with connections_kept_open():
-        app = WSGIHandler()
-        for number, operation in enumerate(operations):
-            target = on_demo(f"target-{number}", red)  # fresh, so no earlier stop or delete
-            factories.make_copy(target)
-            fuzz(operation, app, headers, target.pk)

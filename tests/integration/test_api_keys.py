@@ -58,7 +58,7 @@ def test_a_wrong_or_revoked_key_gets_401(as_bob, bob):
     as_bob.post(f"/account/api-keys/{key.pk}/revoke/")
     response = Client().get("/api/v1/me", headers={"Authorization": f"Bearer {secret}"})
     assert response.status_code == 401
-    assert "not valid: it was revoked, it expired" in response.json()["error"]["message"]
+    assert "not valid: it was revoked, it expired" in response.json()["detail"]
 
 
 def test_nobody_can_revoke_someone_elses_key(as_carol, bob):

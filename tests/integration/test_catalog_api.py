@@ -252,7 +252,7 @@ def test_a_read_only_key_of_an_operator_changes_nothing(emulated_hub, qwen, bob)
     for path, body in writes(qwen):
         response = caller.post(path, body)
         assert response.status_code == 403, path
-        assert "This API key's scope is read" in response.json()["error"]["message"]
+        assert "This API key's scope is read" in response.json()["detail"]
     assert Model.objects.count() == 1 and ServerModel.objects.get().state == "failed"
 
 
@@ -263,7 +263,7 @@ def test_without_a_key_every_catalog_call_is_401(qwen):
     for path, body in writes(qwen):
         response = client.post(API + path, body, content_type="application/json")
         assert response.status_code == 401
-        assert "Authentication required" in response.json()["error"]["message"]
+        assert "Authentication required" in response.json()["detail"]
     assert Model.objects.count() == 1 and not ServerModel.objects.exists()
 
 

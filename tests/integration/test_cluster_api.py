@@ -132,7 +132,7 @@ def test_anonymous_requests_for_clusters_and_me_get_401():
     for path in ["/clusters", f"/clusters/{lab.pk}", "/me"]:
         answer = Client().get(API + path)
         assert answer.status_code == 401
-        assert answer.json()["error"]["message"].startswith("Authentication required")
+        assert answer.json()["detail"].startswith("Authentication required")
 
 
 # --- me ----------------------------------------------------------------------------------------

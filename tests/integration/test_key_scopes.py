@@ -36,7 +36,7 @@ def test_a_read_key_reads_checks_fits_and_estimates_but_changes_nothing(bob):
     assert post("/api/v1/estimate", {}).status_code != 403
     refused = post("/api/v1/deployments", {"name": "x"})
     assert refused.status_code == 403
-    assert refused.json()["error"]["message"] == (
+    assert refused.json()["detail"] == (
         "This API key's scope is read: it may read (GET), check a fit and estimate memory, "
         "but not change anything. Use an operate key for this."
     )
@@ -46,7 +46,7 @@ def test_a_chat_key_reaches_only_the_gateway(bob):
     get, _ = api(keys.issue(bob, "app", "chat")[1])
     refused = get("/api/v1/me")
     assert refused.status_code == 403
-    assert "scope is chat: it may call the gateway" in refused.json()["error"]["message"]
+    assert "scope is chat: it may call the gateway" in refused.json()["detail"]
 
 
 def test_keys_made_before_scopes_and_plain_keys_operate(bob):
@@ -61,7 +61,7 @@ def test_an_expired_key_gets_401(bob):
     ApiKey.objects.filter(pk=key.pk).update(expires_at=timezone.now() - timedelta(minutes=1))
     get, _ = api(secret)
     answer = get("/api/v1/me")
-    assert answer.status_code == 401 and answer.json()["error"]["message"] == keys.NOT_VALID
+    assert answer.status_code == 401 and answer.json()["detail"] == keys.NOT_VALID
 
 
 def test_a_key_makes_only_keys_no_wider_and_no_longer_lived_than_itself(bob):
@@ -94,7 +94,7 @@ def test_a_key_makes_only_keys_no_wider_and_no_longer_lived_than_itself(bob):
 def test_bad_key_requests_are_refused_in_words(bob, body, field, words):
     _, post = api(keys.issue(bob, "ci")[1])
     answer = post("/api/v1/keys", body)
-    assert answer.status_code == 400, answer.content
+    assert answer.status_code == 422, answer.content  # against a rule the schema states
     assert answer.json()["field"] == field and words in answer.json()["detail"]
     assert ApiKey.objects.filter(user=bob).count() == 1
 

@@ -1,0 +1,213 @@
+"""What the deployments API reads: each field with its rules, which its OpenAPI schema states
+from the same constants and checks as deployments.actions (the wizard's), so that a request the
+schema allows is never refused by a rule, and one it refuses is refused in the actions' words
+(a 422 naming the field). What depends on what is there (a name taken, a model not in the
+catalog, no room, a setting of another vLLM version) is the actions' 400, or a 422 when the
+model cannot have it (console/api_schema.py's InvalidForModel).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from decimal import Decimal
+from typing import Annotated, Any
+
+from ninja import Field
+from pydantic import AfterValidator, BeforeValidator, WithJsonSchema
+
+from catalog.api import RepoId, Revision
+from console import api_schema
+from console.api_schema import StrictSchema, Text, Whole
+from console.models import SLUG_PATTERN
+from deployments import actions
+from deployments.actions import ActionRefused
+from deployments.engine import settings as engine_settings
+from deployments.models import REPLY_WAIT_MAX_S, REPLY_WAIT_MIN_S
+
+
+def ruled(check: Callable[[Any], Any]) -> AfterValidator:
+    return api_schema.ruled(check, (ActionRefused,))
+
+
+# --- a size: accelerators per copy ---------------------------------------------------------
+
+
+def whole_numbers(most: int) -> str:
+    """A regular expression for 1 to `most` as written plainly, e.g. 64:
+    [1-9]|[1-5][0-9]|6[0-3]|64 (each shorter length, then each digit below `most`'s)."""
+    digits = str(most)
+    shorter = ["[1-9]" + "[0-9]" * (length - 1) for length in range(1, len(digits))]
+    below = []
+    for place, digit in enumerate(digits):
+        lowest = 1 if place == 0 else 0
+        if int(digit) > lowest:
+            rest = "[0-9]" * (len(digits) - place - 1)
+            below.append(f"{digits[:place]}[{lowest}-{int(digit) - 1}]{rest}")
+    return "|".join([*shorter, *below, digits])
+
+
+def share_digits(decimals: int) -> str:
+    """1 to `decimals` digits, not all zero: by the place of the first one that is not."""
+    after = [decimals - zeros - 1 for zeros in range(decimals)]
+    return "|".join(
+        f"{'0' * zeros}[1-9]" + (f"[0-9]{{0,{rest}}}" if rest else "")
+        for zeros, rest in enumerate(after)
+    )
+
+
+# A size as text (how a client sends a Decimal exactly): a share such as 0.25 or .5, or a whole
+# number of GPUs such as 2 or 2.0, never with more decimals than the column keeps.
+SIZE_TEXT = (
+    rf"^(0?\.({share_digits(actions.SIZE_DECIMALS)})"
+    rf"|({whole_numbers(actions.MOST_ACCELERATORS_PER_COPY)})(\.0{{1,{actions.SIZE_DECIMALS}}})?)$"
+)
+SIZE_SCHEMA = {
+    "anyOf": [
+        {
+            "type": "number",
+            "exclusiveMinimum": 0,
+            "exclusiveMaximum": 1,
+            "multipleOf": 10**-actions.SIZE_DECIMALS,
+        },
+        {"type": "integer", "minimum": 1, "maximum": actions.MOST_ACCELERATORS_PER_COPY},
+        {"type": "string", "pattern": SIZE_TEXT},
+    ]
+}
+SIZE_HELP = (
+    "accelerators per copy: a share 0 < s < 1 of one GPU (e.g. 0.25, 0.5; at most three "
+    "decimals), 1, or a whole number n > 1 of GPUs of one machine (tensor parallel), at most "
+    f"{actions.MOST_ACCELERATORS_PER_COPY}; as a number or as its text"
+)
+
+
+def plain_size_text(value: Any) -> Any:
+    # Decimal() would also read " 2", "2e0" or "Infinity": text is a size only as SIZE_TEXT.
+    if isinstance(value, str) and not re.fullmatch(SIZE_TEXT, value):
+        raise ValueError(f"{value!r} is not a size: write it as 0.25, 0.5, 1, 2 …")
+    return value
+
+
+# The number as the client wrote it (0.1 stays 0.1); finite (JSON's 1e999 reads as infinity).
+Size = Annotated[
+    Decimal,
+    BeforeValidator(plain_size_text),
+    Field(strict=False, allow_inf_nan=False),
+    ruled(actions.parse_size),
+    WithJsonSchema(SIZE_SCHEMA),
+]
+
+
+# --- the other fields --------------------------------------------------------------------
+
+Copies = Annotated[
+    Whole,
+    ruled(actions.parse_copies),
+    Field(json_schema_extra={"minimum": 0, "maximum": actions.MOST_COPIES}),
+]
+COPIES_HELP = f"how many copies run, 0 to {actions.MOST_COPIES}"
+ReplyWait = Annotated[
+    Whole,
+    ruled(actions.parse_reply_wait),
+    Field(json_schema_extra={"minimum": REPLY_WAIT_MIN_S, "maximum": REPLY_WAIT_MAX_S}),
+]
+REPLY_WAIT_HELP = f"{REPLY_WAIT_MIN_S} to {REPLY_WAIT_MAX_S} s; null: the gateway's default"
+DeploymentName = Annotated[
+    str,
+    ruled(actions.plain_name),
+    Field(json_schema_extra={"maxLength": actions.LONGEST_NAME, "pattern": SLUG_PATTERN}),
+]
+ChatName = Annotated[
+    str,
+    ruled(lambda text: actions.printable(text, "chat_name", actions.LONGEST_CHAT_NAME)),
+    Field(
+        json_schema_extra={"maxLength": actions.LONGEST_CHAT_NAME, "pattern": actions.SHOWN_TEXT}
+    ),
+]
+CHAT_NAME_HELP = (
+    "the name clients ask the gateway for (spaces around it are dropped); empty: not in chat"
+)
+
+
+def settings_shape(settings: Any) -> Any:
+    try:
+        return engine_settings.check_shape(settings)
+    except engine_settings.EngineSettingsError as error:
+        raise ActionRefused(str(error), "engine_settings") from None  # the setting named
+
+
+EngineSettings = Annotated[
+    dict[str, Any],
+    ruled(settings_shape),
+    WithJsonSchema(engine_settings.json_schema()),
+]
+SETTINGS_HELP = (
+    "only what differs from the engine's defaults; parser names and other flags as the "
+    "cluster's vLLM version takes them"
+)
+# Names looked up as they are: one that is not there is refused in words (400).
+VariantName = Annotated[Text, Field(min_length=1, max_length=40)]
+ClusterName = Annotated[Text, Field(min_length=1, max_length=63)]
+TeamName = Annotated[Text, Field(min_length=1, max_length=63)]
+
+
+# --- the requests ----------------------------------------------------------------------------
+
+
+class HostIn(StrictSchema):
+    model: RepoId = Field(description="the model's repository id, e.g. Qwen/Qwen3-8B")
+    variant: VariantName | None = Field(
+        None,
+        description="a variant of the model, e.g. bf16; left out: the one that runs and fits "
+        "there, one already on this server first",
+    )
+    cluster: ClusterName | None = Field(
+        None, description="the cluster's name; left out: the first, by name, where a copy fits now"
+    )
+    team: TeamName | None = Field(
+        None, description="optional when you are an operator of exactly one team"
+    )
+    name: DeploymentName | None = Field(
+        None,
+        description="lowercase letters, digits and dashes, e.g. qwen3-8b; left out: a unique "
+        "name from the repository id",
+    )
+    copies: Copies = Field(1, description=COPIES_HELP)
+    accelerators_per_copy: Size = Field(1, description=SIZE_HELP)
+    engine_settings: EngineSettings = Field(default_factory=dict, description=SETTINGS_HELP)
+    chat_name: ChatName = Field("", description=CHAT_NAME_HELP)
+    reply_wait_s: ReplyWait | None = Field(None, description=REPLY_WAIT_HELP)
+    revision: Revision = Field("", description="a branch, tag or commit on Hugging Face")
+
+
+class ScaleIn(StrictSchema):
+    copies: Copies = Field(description=COPIES_HELP)
+    accelerators_per_copy: Size | None = Field(None, description=f"{SIZE_HELP}; null: unchanged")
+
+
+class ChatNameIn(StrictSchema):
+    chat_name: ChatName = Field(description=CHAT_NAME_HELP)
+
+
+class ReplyWaitIn(StrictSchema):
+    reply_wait_s: ReplyWait | None = Field(description=REPLY_WAIT_HELP)
+
+
+class EngineSettingsIn(StrictSchema):
+    engine_settings: EngineSettings = Field(description=SETTINGS_HELP)
+
+
+class FitCheckIn(StrictSchema):
+    model: RepoId
+    variant: VariantName
+    cluster: ClusterName
+    copies: Copies = Field(1, description=f"how many copies to place, 0 to {actions.MOST_COPIES}")
+    accelerators_per_copy: Size = Field(1, description=SIZE_HELP)
+    engine_settings: EngineSettings = Field(default_factory=dict, description=SETTINGS_HELP)
+
+
+class EstimateIn(StrictSchema):
+    model: RepoId
+    variant: VariantName
+    engine_settings: EngineSettings = Field(default_factory=dict, description=SETTINGS_HELP)
+    tensor_parallel: Whole = Field(1, ge=1, le=1024, description="GPUs one copy is split over")
