@@ -98,6 +98,7 @@ def scale(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 def set_autoscaling(request: HttpRequest, pk: int) -> HttpResponse:
     """The Autoscaling panel's form: bounds and target, or off (back to a fixed number)."""
+    get_deployment(request.user, pk, NEEDS_OPERATE)  # the role first, then what was typed
     if "off" in request.POST:
         return operate(request, pk, lambda d: actions.set_autoscaling(request.user, d, None))
     form = AutoscalingForm(request.POST)

@@ -90,7 +90,7 @@ def test_health_answers_without_login():
 def test_an_api_path_answers_401_not_a_login_redirect():
     response = Client().get("/api/v1/me")
     assert response.status_code == 401
-    assert response.json()["error"]["message"].startswith("Authentication required")
+    assert response.json()["detail"].startswith("Authentication required")
 
 
 def test_an_operator_of_another_team_gets_not_found_for_a_deployment(as_bob, bob, dave, red):
@@ -206,6 +206,7 @@ DEPLOYMENT_ACTIONS = [
     "deployment_offer_in_chat",
     "deployment_reply_wait",
     "deployment_scale",
+    "deployment_autoscaling",
     "deployment_stop",
     "deployment_start",
     "deployment_delete",
