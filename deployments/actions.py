@@ -28,7 +28,13 @@ from deployments.choices import (
 )
 from deployments.engine.settings import EngineSettingsError, validate_settings
 from deployments.engine.variant_advice import why_it_cannot_run
-from deployments.models import REPLY_WAIT_MAX_S, REPLY_WAIT_MIN_S, Deployment, Event
+from deployments.models import (
+    MOST_COPIES,
+    REPLY_WAIT_MAX_S,
+    REPLY_WAIT_MIN_S,
+    Deployment,
+    Event,
+)
 from placement.words import plural
 
 
@@ -68,7 +74,6 @@ def record(deployment: Deployment, actor: Any, message: str) -> None:
 
 # The rules below, each in one place: the API's OpenAPI document states them from these
 # (deployments/api.py), so that a request it allows is never refused by them.
-MOST_COPIES = 1000
 MOST_ACCELERATORS_PER_COPY = 64  # a whole number of GPUs of one machine
 SIZE_DECIMALS = 3  # a share of a GPU: 0.125, never 0.1251 (the column keeps three)
 LONGEST_NAME = 63  # a deployment's name: a DNS label, as Kubernetes objects are named

@@ -29,6 +29,8 @@ from deployments import actions, choosing, machine_files
 from deployments.access import get_deployment, visible_deployments
 from deployments.actions import ActionRefused, HostRequest
 from deployments.api_input import (
+    AutoscalingIn,
+    AutoscalingSetIn,
     ChatNameIn,
     EngineSettingsIn,
     EstimateIn,
@@ -82,6 +84,16 @@ class CopyOut(Schema):
     last_error_at: datetime | None
 
 
+class AutoscalingOut(Schema):
+    min_copies: int
+    max_copies: int
+    target_in_flight: float
+    target_ttft_ms: float | None
+    up_window_s: int | None = Field(description="null: BERTH_AUTOSCALE_UP_WINDOW_S")
+    down_window_s: int | None = Field(description="null: BERTH_AUTOSCALE_DOWN_WINDOW_S")
+    idle_minutes: int | None
+
+
 class DeploymentOut(Schema):
     id: int
     name: str
@@ -107,6 +119,7 @@ class DeploymentOut(Schema):
     created_by: str | None
     created_at: datetime
     copies: list[CopyOut]
+    autoscaling: AutoscalingOut | None = Field(description="null: a fixed number of copies")
 
 
 class MachineFilesOut(Schema):
@@ -295,6 +308,7 @@ def deployment_out(deployment: Deployment) -> dict[str, Any]:
         "created_by": deployment.created_by.get_username() if deployment.created_by else None,
         "created_at": deployment.created_at,
         "copies": [copy_out(copy, topology) for copy in copies],
+        "autoscaling": deployment.autoscaling,
     }
 
 
@@ -395,6 +409,7 @@ def host(request: HttpRequest, payload: HostIn) -> Status[dict[str, Any]]:
         chat_name=payload.chat_name,
         reply_wait_s=payload.reply_wait_s,
         revision=payload.revision,
+        autoscaling=policy_of(payload.autoscaling),
     )
     deployment = actions.host(request.user, asked)
     return Status(202, {"id": deployment.pk, "state": deployment.state, "chosen": chosen})
@@ -445,6 +460,22 @@ def scale(request: HttpRequest, id: int, payload: ScaleIn) -> Status[dict[str, A
         return actions.scale(request.user, deployment, payload.copies, size)
 
     return Status(202, operate(request, id, act))
+
+
+def policy_of(asked: AutoscalingIn | None) -> dict[str, Any] | None:
+    return None if asked is None else asked.model_dump()
+
+
+@router.post("/deployments/{int:id}/autoscaling", response={200: DeploymentOut, **ERRORS})
+def set_autoscaling(request: HttpRequest, id: int, payload: AutoscalingSetIn) -> dict[str, Any]:
+    """Scale by itself between bounds, aiming at a load per copy (null: back to a fixed number,
+    the one it has now). Copies that serve keep serving: only those outside new bounds start or
+    leave. POST …/scale with a fixed number turns autoscaling off too."""
+
+    def act(deployment: Deployment) -> Any:
+        return actions.set_autoscaling(request.user, deployment, policy_of(payload.autoscaling))
+
+    return operate(request, id, act)
 
 
 @router.post("/deployments/{int:id}/stop", response={202: DeploymentOut, **ERRORS})

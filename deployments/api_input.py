@@ -20,10 +20,10 @@ from catalog.api import RepoId, Revision
 from console import api_schema
 from console.api_schema import StrictSchema, Text, Whole
 from console.models import SLUG_PATTERN
-from deployments import actions
+from deployments import actions, autoscaling
 from deployments.actions import ActionRefused
 from deployments.engine import settings as engine_settings
-from deployments.models import REPLY_WAIT_MAX_S, REPLY_WAIT_MIN_S
+from deployments.models import MOST_COPIES, REPLY_WAIT_MAX_S, REPLY_WAIT_MIN_S
 
 
 def ruled(check: Callable[[Any], Any]) -> AfterValidator:
@@ -151,6 +151,46 @@ ClusterName = Annotated[Text, Field(min_length=1, max_length=63)]
 TeamName = Annotated[Text, Field(min_length=1, max_length=63)]
 
 
+# --- autoscaling: the bounds and target (deployments/autoscaling.py keeps the rules) ---------
+
+Target = Annotated[
+    float, Field(strict=False, gt=0, le=autoscaling.HIGHEST_TARGET, allow_inf_nan=False)
+]
+Window = Annotated[Whole, Field(ge=0, le=autoscaling.LONGEST_WINDOW_S)]
+
+
+class AutoscalingIn(StrictSchema):
+    """min_copies above max_copies is refused (400) naming min_copies: a rule between two
+    fields, which a schema cannot state."""
+
+    min_copies: Annotated[Whole, Field(ge=0, le=MOST_COPIES)] = Field(
+        description="the fewest copies; 0 is allowed, yet load alone never goes below 1"
+    )
+    max_copies: Annotated[Whole, Field(ge=1, le=MOST_COPIES)] = Field(description="the most copies")
+    target_in_flight: Target = Field(
+        autoscaling.DEFAULT_TARGET_IN_FLIGHT,
+        description="requests in flight and waiting per copy to aim at",
+    )
+    target_ttft_ms: Target | None = Field(
+        None, description="one more copy while the first token takes longer; null: none"
+    )
+    up_window_s: Window | None = Field(
+        None, description="seconds load must stay above before copies are added; null: default"
+    )
+    down_window_s: Window | None = Field(
+        None, description="seconds load must stay below before a copy leaves; null: default"
+    )
+    idle_minutes: None = Field(
+        None, description="scaling to zero when idle is not available yet: null only"
+    )
+
+
+class AutoscalingSetIn(StrictSchema):
+    autoscaling: AutoscalingIn | None = Field(
+        description="the bounds and target; null: a fixed number (the one it has now)"
+    )
+
+
 # --- the requests ----------------------------------------------------------------------------
 
 
@@ -178,6 +218,9 @@ class HostIn(StrictSchema):
     chat_name: ChatName = Field("", description=CHAT_NAME_HELP)
     reply_wait_s: ReplyWait | None = Field(None, description=REPLY_WAIT_HELP)
     revision: Revision = Field("", description="a branch, tag or commit on Hugging Face")
+    autoscaling: AutoscalingIn | None = Field(
+        None, description="scale by itself between bounds; `copies` is then the starting number"
+    )
 
 
 class ScaleIn(StrictSchema):

@@ -19,10 +19,12 @@ from typing import Any
 
 from django.conf import settings
 
+from deployments.models import MOST_COPIES
 from placement.words import plural
 
-MAX_COPIES = 1000
 DEFAULT_TARGET_IN_FLIGHT = 4.0
+LONGEST_WINDOW_S = 86400  # a day
+HIGHEST_TARGET = 1e6  # requests in flight per copy, or milliseconds to the first token
 FIELDS = (
     "min_copies",
     "max_copies",
@@ -106,8 +108,8 @@ def parse(raw: Any) -> Policy | None:
         max_copies=whole(raw, "max_copies", required=True, low=1),
         target_in_flight=positive(raw, "target_in_flight") or DEFAULT_TARGET_IN_FLIGHT,
         target_ttft_ms=positive(raw, "target_ttft_ms"),
-        up_window_s=whole(raw, "up_window_s", low=0, high=86400),
-        down_window_s=whole(raw, "down_window_s", low=0, high=86400),
+        up_window_s=whole(raw, "up_window_s", low=0, high=LONGEST_WINDOW_S),
+        down_window_s=whole(raw, "down_window_s", low=0, high=LONGEST_WINDOW_S),
         idle_minutes=not_yet(raw, "idle_minutes"),
     )
     if policy.min_copies > policy.max_copies:
@@ -120,7 +122,7 @@ def parse(raw: Any) -> Policy | None:
 
 
 def whole(raw: dict[str, Any], name: str, *, required: bool = False, low: int = 0,
-          high: int = MAX_COPIES) -> Any:  # fmt: skip
+          high: int = MOST_COPIES) -> Any:  # fmt: skip
     value = raw.get(name)
     if value is None:
         if required:
@@ -148,8 +150,15 @@ def positive(raw: dict[str, Any], name: str) -> float | None:
     value = raw.get(name)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1e6:
-        raise PolicyRefused(f"{value!r} is not allowed: a number above 0", f"autoscaling.{name}")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0 < value <= HIGHEST_TARGET
+    ):
+        raise PolicyRefused(
+            f"{value!r} is not allowed: a number above 0, at most {HIGHEST_TARGET:g}",
+            f"autoscaling.{name}",
+        )
     return float(value)
 
 

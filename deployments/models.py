@@ -31,6 +31,7 @@ from deployments.choices import (
 from deployments.guard import StateGuardedModel
 from placement.words import percent_of
 
+MOST_COPIES = 1000  # of one deployment: hosted, scaled or autoscaled
 REPLY_WAIT_MIN_S = 10
 REPLY_WAIT_MAX_S = 1800
 

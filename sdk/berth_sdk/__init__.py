@@ -32,6 +32,7 @@ from berth_sdk.errors import (  # noqa: E402
     UnprocessableError,
 )
 from berth_sdk.results import (  # noqa: E402
+    Autoscaling,
     Cluster,
     Deployment,
     DeploymentCopy,
@@ -51,6 +52,7 @@ __all__ = [
     "APIConnectionError",
     "APITimeoutError",
     "AsyncBerthClient",
+    "Autoscaling",
     "AuthenticationError",
     "BadRequestError",
     "BerthAPIError",

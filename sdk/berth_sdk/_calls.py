@@ -4,6 +4,7 @@ send what these build and wait where they must, so both behave alike by construc
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from datetime import datetime
 from decimal import Decimal
@@ -11,7 +12,7 @@ from typing import Any, TypeVar
 from urllib.parse import quote
 
 from berth_sdk.errors import DeploymentFailedError, NotFoundError
-from berth_sdk.results import Cluster, Deployment, Json, Model
+from berth_sdk.results import Autoscaling, Cluster, Deployment, Json, Model
 
 from ._http import Request
 
@@ -124,6 +125,7 @@ def host(
     name: str | None,
     team: str | None,
     revision: str | None,
+    autoscaling: Autoscaling | None = None,
 ) -> Request:
     """What is left None is left to the console, which chooses it and says why."""
     body: dict[str, Any] = {
@@ -136,6 +138,8 @@ def host(
     body |= {key: value for key, value in optional.items() if value is not None}
     if engine_settings is not None:
         body["engine_settings"] = dict(engine_settings)
+    if autoscaling is not None:
+        body["autoscaling"] = autoscaling_body(autoscaling)
     return Request("POST", "/deployments", body=body)
 
 
@@ -154,6 +158,15 @@ def scale(pk: int, copies: int, accelerators_per_copy: Size | None) -> Request:
     size = None if accelerators_per_copy is None else number(accelerators_per_copy)
     body = {"copies": copies, "accelerators_per_copy": size}
     return Request("POST", f"/deployments/{pk}/scale", body=body)
+
+
+def autoscaling_body(policy: Autoscaling | None) -> dict[str, Any] | None:
+    return None if policy is None else dataclasses.asdict(policy)
+
+
+def set_autoscaling(pk: int, policy: Autoscaling | None) -> Request:
+    body = {"autoscaling": autoscaling_body(policy)}
+    return Request("POST", f"/deployments/{pk}/autoscaling", body=body)
 
 
 def action(pk: int, act: str) -> Request:

@@ -119,6 +119,35 @@ class DeploymentCopy:
 
 
 @dataclass(frozen=True)
+class Autoscaling:
+    """A deployment's bounds and target: the console adds copies when the load (requests in
+    flight and waiting, per copy) stays above `target_in_flight` for `up_window_s`, and lets
+    one go when it stays below for `down_window_s` (None: the console's defaults)."""
+
+    min_copies: int
+    max_copies: int
+    target_in_flight: float = 4.0
+    target_ttft_ms: float | None = None
+    up_window_s: int | None = None
+    down_window_s: int | None = None
+    idle_minutes: int | None = None
+
+    @classmethod
+    def from_api(cls, data: Json | None) -> Autoscaling | None:
+        if data is None:
+            return None
+        return cls(
+            min_copies=int(data["min_copies"]),
+            max_copies=int(data["max_copies"]),
+            target_in_flight=float(data.get("target_in_flight") or 4.0),
+            target_ttft_ms=data.get("target_ttft_ms"),
+            up_window_s=data.get("up_window_s"),
+            down_window_s=data.get("down_window_s"),
+            idle_minutes=data.get("idle_minutes"),
+        )
+
+
+@dataclass(frozen=True)
 class Deployment:
     """A model hosted on a cluster in one or more copies."""
 
@@ -146,6 +175,7 @@ class Deployment:
     created_by: str | None
     created_at: datetime | None
     copies: list[DeploymentCopy]
+    autoscaling: Autoscaling | None = None  # None: a fixed number of copies
 
     @property
     def served_as(self) -> str:
@@ -179,6 +209,7 @@ class Deployment:
             created_by=data.get("created_by"),
             created_at=moment(data.get("created_at")),
             copies=[DeploymentCopy.from_api(copy) for copy in data.get("copies", [])],
+            autoscaling=Autoscaling.from_api(data.get("autoscaling")),
         )
 
 

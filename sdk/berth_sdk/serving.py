@@ -21,6 +21,7 @@ from berth_sdk.catalog import AsyncModels, Models
 from berth_sdk.clusters import AsyncClusters, Clusters
 from berth_sdk.errors import DeploymentTimeoutError
 from berth_sdk.results import (
+    Autoscaling,
     Cluster,
     Deployment,
     DeploymentStatus,
@@ -107,6 +108,7 @@ class Serving:
         *,
         team: str | None = None,
         revision: str | None = None,
+        autoscaling: Autoscaling | None = None,
         on_update: OnUpdate | None = None,
     ) -> int:
         """Host a model and return the deployment's id.
@@ -131,6 +133,7 @@ class Serving:
             name=name,
             team=team,
             revision=revision,
+            autoscaling=autoscaling,
         )
         if wait:
             self.wait_deployment_ready(
@@ -152,6 +155,7 @@ class Serving:
         name: str | None = None,
         team: str | None = None,
         revision: str | None = None,
+        autoscaling: Autoscaling | None = None,
     ) -> HostedDeployment:
         """Ask the console to host a model, without waiting; the answer says what it chose
         for what was left out, and why."""
@@ -168,6 +172,7 @@ class Serving:
             name=name,
             team=team,
             revision=revision,
+            autoscaling=autoscaling,
         )
         return HostedDeployment.from_api(self._transport.send(request))
 
@@ -272,6 +277,15 @@ class Serving:
     ) -> Deployment:
         """Run `copies` copies (0 to 1000), each of `accelerators_per_copy` (unchanged: None)."""
         request = calls.scale(self._id(deployment), copies, accelerators_per_copy)
+        return Deployment.from_api(self._transport.send(request))
+
+    def set_autoscaling(
+        self, deployment: DeploymentRef, autoscaling: Autoscaling | None
+    ) -> Deployment:
+        """Let the deployment scale itself within `autoscaling`'s bounds (None: back to the
+        number it has now, fixed). Copies that serve keep serving: only those outside new bounds
+        start or leave. scale() with a fixed number also turns autoscaling off."""
+        request = calls.set_autoscaling(self._id(deployment), autoscaling)
         return Deployment.from_api(self._transport.send(request))
 
     def stop_deployment(self, deployment: DeploymentRef) -> Deployment:
@@ -394,6 +408,7 @@ class AsyncServing:
         *,
         team: str | None = None,
         revision: str | None = None,
+        autoscaling: Autoscaling | None = None,
         on_update: OnUpdate | None = None,
     ) -> int:
         """Host a model and return the deployment's id; see Serving.deploy_model."""
@@ -409,6 +424,7 @@ class AsyncServing:
             name=name,
             team=team,
             revision=revision,
+            autoscaling=autoscaling,
         )
         if wait:
             await self.wait_deployment_ready(
@@ -430,6 +446,7 @@ class AsyncServing:
         name: str | None = None,
         team: str | None = None,
         revision: str | None = None,
+        autoscaling: Autoscaling | None = None,
     ) -> HostedDeployment:
         """Ask the console to host a model, without waiting; see Serving.host."""
         model = one_model(model_id, repo_id)
@@ -445,6 +462,7 @@ class AsyncServing:
             name=name,
             team=team,
             revision=revision,
+            autoscaling=autoscaling,
         )
         return HostedDeployment.from_api(await self._transport.send(request))
 
@@ -545,6 +563,12 @@ class AsyncServing:
         self, deployment: DeploymentRef, copies: int, accelerators_per_copy: Size | None = None
     ) -> Deployment:
         request = calls.scale(await self._id(deployment), copies, accelerators_per_copy)
+        return Deployment.from_api(await self._transport.send(request))
+
+    async def set_autoscaling(
+        self, deployment: DeploymentRef, autoscaling: Autoscaling | None
+    ) -> Deployment:
+        request = calls.set_autoscaling(await self._id(deployment), autoscaling)
         return Deployment.from_api(await self._transport.send(request))
 
     async def stop_deployment(self, deployment: DeploymentRef) -> Deployment:

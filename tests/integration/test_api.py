@@ -27,6 +27,7 @@ EVERY_PATH = {
     "/api/v1/deployments",
     "/api/v1/deployments/{id}",
     "/api/v1/deployments/{id}/scale",
+    "/api/v1/deployments/{id}/autoscaling",
     "/api/v1/deployments/{id}/stop",
     "/api/v1/deployments/{id}/start",
     "/api/v1/deployments/{id}/check",

@@ -70,6 +70,21 @@ def test_deploy_follows_to_deployed_in_plain_lines_then_every_command_works(bert
     assert scaled.returncode == 0 and "Scaling cli-qwen" in scaled.stdout
     assert Deployment.objects.get(name="cli-qwen").copies_wanted == 2
 
+    autoscaled = run(berth_console, "autoscale", "cli-qwen", "--min", "1", "--max", "3",
+                     "--target", "2")  # fmt: skip
+    assert autoscaled.returncode == 0, autoscaled.stderr
+    assert "Autoscaling cli-qwen" in autoscaled.stdout
+    assert (
+        "1 to 3 copies, aiming at 2 requests in flight per copy"
+        in run(berth_console, "status", "cli-qwen").stdout
+    )
+    crossed = run(berth_console, "autoscale", "cli-qwen", "--min", "3", "--max", "1")
+    assert crossed.returncode == 1 and "[autoscaling.min_copies]" in crossed.stderr
+    assert run(berth_console, "autoscale", "cli-qwen").returncode == 2  # neither bounds nor --off
+    off = run(berth_console, "autoscale", "cli-qwen", "--off")
+    assert off.returncode == 0 and "Autoscaling off for cli-qwen" in off.stdout
+    assert Deployment.objects.get(name="cli-qwen").autoscaling is None
+
     stopped = run(berth_console, "stop", "cli-qwen")
     assert stopped.returncode == 0 and "Stopping cli-qwen" in stopped.stdout
     stopping = Deployment.objects.get(name="cli-qwen")

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 
 import pytest
 from berth_sdk import (
+    Autoscaling,
     BerthAPIError,
     BerthClient,
     BerthError,
@@ -50,6 +51,11 @@ def test_deploy_model_waits_for_deployed_or_returns_at_once_and_logs_follow_a_ch
         pk = deploy(client, chat_name="qwen")  # wait=True: blocks until DEPLOYED
         assert Deployment.objects.get(pk=pk).state == DeploymentState.DEPLOYED
         assert client.serving.get_deployment_status(pk) is DeploymentStatus.DEPLOYED
+
+        bounded = Autoscaling(min_copies=1, max_copies=2, target_in_flight=8)
+        assert client.serving.set_autoscaling(pk, bounded).autoscaling == bounded
+        assert client.serving.get_deployment(pk).autoscaling == bounded
+        assert client.serving.set_autoscaling(pk, None).autoscaling is None
 
         later = deploy(client, name="later", wait=False)
         assert client.serving.get_deployment_status(later) is not DeploymentStatus.DEPLOYED

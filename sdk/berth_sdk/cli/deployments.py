@@ -1,4 +1,4 @@
-"""berth deploy, ls, status, logs, scale, stop, start, delete."""
+"""berth deploy, ls, status, logs, scale, autoscale, stop, start, delete."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import json
 import shlex
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from decimal import Decimal, InvalidOperation
 from typing import Any, TypeVar
 
@@ -14,7 +15,7 @@ from click.shell_completion import CompletionItem
 
 from berth_sdk.client import BerthClient
 from berth_sdk.errors import DeploymentFailedError, DeploymentTimeoutError
-from berth_sdk.results import Deployment, HostedDeployment
+from berth_sdk.results import Autoscaling, Deployment, HostedDeployment
 
 from .app import App, cli, output_option
 from .output import DeployProgress, Out
@@ -98,6 +99,7 @@ def say_deployment(out: Out, deployment: Deployment) -> None:
                 f"{deployment.copies_ready} of {deployment.copies_wanted} ready, {size} "
                 "accelerators each",
             ),  # fmt: skip
+            ("autoscaling", autoscaling_words(deployment.autoscaling)),
             ("chat name", deployment.chat_name or "- (not in chat)"),
             ("last error", error_words(deployment)),
         ]
@@ -119,6 +121,15 @@ def say_deployment(out: Out, deployment: Deployment) -> None:
                 for copy in deployment.copies
             ],
         )
+
+
+def autoscaling_words(policy: Autoscaling | None) -> str:
+    if policy is None:
+        return "off (a fixed number of copies)"
+    return (
+        f"{policy.min_copies} to {policy.max_copies} copies, aiming at "
+        f"{policy.target_in_flight:g} requests in flight per copy"
+    )
 
 
 def error_words(deployment: Deployment) -> str:
@@ -183,6 +194,13 @@ def say_failure(out: Out, name: str, error: DeploymentFailedError) -> None:
     callback=engine_settings,
     help="an engine setting, e.g. --set max_model_len=8192 (repeat for more)",
 )
+@click.option("--min-copies", type=click.IntRange(0, 1000), help="autoscale: the fewest copies")
+@click.option("--max-copies", type=click.IntRange(1, 1000), help="autoscale: the most copies")
+@click.option(
+    "--target",
+    type=click.FloatRange(min=0, min_open=True),
+    help="autoscale: requests in flight per copy to aim at (default 4)",
+)
 @click.option("--no-wait", is_flag=True, help="return once the console has accepted it")
 @click.option(
     "--timeout",
@@ -203,6 +221,9 @@ def deploy(
     size: Decimal,
     chat_name: str | None,
     settings: dict[str, Any],
+    min_copies: int | None,
+    max_copies: int | None,
+    target: float | None,
     no_wait: bool,
     timeout: float,
 ) -> None:
@@ -220,6 +241,7 @@ def deploy(
         chat_name=chat_name,
         engine_settings=settings or None,
         name=name,
+        autoscaling=policy_of(min_copies, max_copies, target),
     )
     deployment = client.serving.get_deployment(hosted.id)
     if not out.json:
@@ -249,6 +271,19 @@ def deploy(
     endpoint = say_ready(out, client, ready)
     if out.json:
         out.data({"deployment": ready, "chosen": hosted.chosen, **endpoint})
+
+
+def policy_of(
+    min_copies: int | None, max_copies: int | None, target: float | None
+) -> Autoscaling | None:
+    """--min-copies and --max-copies (both, or neither) ask for autoscaling."""
+    if min_copies is None and max_copies is None:
+        if target is not None:
+            raise click.UsageError("--target needs --min-copies and --max-copies")
+        return None
+    if min_copies is None or max_copies is None:
+        raise click.UsageError("autoscaling needs both --min-copies and --max-copies")
+    return Autoscaling(min_copies, max_copies, target if target is not None else 4.0)
 
 
 @cli.command("ls")
@@ -331,6 +366,43 @@ def logs(app: App, name: str, follow: bool, stream: str | None, level: str | Non
 def scale(app: App, name: str, copies: int, size: Decimal | None) -> None:
     """Change how many copies run (and the size of each)."""
     said(app, app.client().serving.scale(name, copies, size), "Scaling")
+
+
+@cli.command(short_help="Let a deployment scale itself between bounds (--off: fixed).")
+@NAME
+@click.option("--min", "min_copies", type=click.IntRange(0, 1000), help="the fewest copies")
+@click.option("--max", "max_copies", type=click.IntRange(1, 1000), help="the most copies")
+@click.option(
+    "--target",
+    type=click.FloatRange(min=0, min_open=True),
+    help="requests in flight per copy to aim at (default 4)",
+)
+@click.option("--up-window", type=click.IntRange(0, 86400), help="seconds above before adding")
+@click.option("--down-window", type=click.IntRange(0, 86400), help="seconds below before removing")
+@click.option("--off", is_flag=True, help="stop autoscaling: keep the number it has now")
+@output_option
+@click.pass_obj
+def autoscale(
+    app: App,
+    name: str,
+    min_copies: int | None,
+    max_copies: int | None,
+    target: float | None,
+    up_window: int | None,
+    down_window: int | None,
+    off: bool,
+) -> None:
+    """Let NAME scale itself between --min and --max copies, aiming at --target requests in
+    flight per copy; copies that serve keep serving. --off turns it off."""
+    if off:
+        policy = None
+    else:
+        asked = policy_of(min_copies, max_copies, target)
+        if asked is None:
+            raise click.UsageError("give --min and --max, or --off")
+        policy = replace(asked, up_window_s=up_window, down_window_s=down_window)
+    changed = app.client().serving.set_autoscaling(name, policy)
+    said(app, changed, "Autoscaling" if policy else "Autoscaling off for")
 
 
 def said(app: App, deployment: Deployment, doing: str) -> None:
