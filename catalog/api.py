@@ -28,10 +28,10 @@ from catalog.models import (
     ServerModelState,
     Variant,
 )
-from console.access import operated_teams, require_operator_somewhere
+from console.access import operated_teams, require_operator_somewhere, require_platform_admin
 from console.api_schema import ERRORS, StrictSchema
 from console.models import Team
-from deployments.actions import ActionRefused
+from deployments.actions import ActionRefused, delete_server_files
 from placement.words import in_gib
 
 router = Router(tags=["catalog"])
@@ -85,6 +85,10 @@ class DownloadIn(StrictSchema):
     variant: VariantName = Field(description="the variant's name, e.g. bf16")
     revision: Revision = Field("", description="a branch, tag or commit; empty: main")
     team: TeamName | None = Field(None, description=TEAM_HELP)
+
+
+class DeleteFilesIn(StrictSchema):
+    variant: VariantName = Field(description="the variant whose files to delete from this server")
 
 
 class RetryIn(StrictSchema):
@@ -311,6 +315,28 @@ def download(request: HttpRequest, id: int, payload: DownloadIn) -> Status[dict[
     with refusals("revision"):
         downloads.request_download(variant, payload.revision, team, request.user)
     return Status(202, shown(id))
+
+
+@router.post("/models/{int:id}/delete-files", response={200: ModelOut, **ERRORS})
+def delete_files(request: HttpRequest, id: int, payload: DeleteFilesIn) -> Status[dict[str, Any]]:
+    """Delete the variant's files from this server (platform admins, as On this server's
+    Delete), never while a deployment uses them or their download runs."""
+    require_platform_admin(request.user)
+    model = catalog_model(id)
+    variant = variant_named(model, payload.variant)
+    if variant is None:
+        return no_such_variant(model, payload.variant)
+    with refusals("variant"):
+        delete_server_files(request.user, downloaded(variant))
+    return Status(200, shown(id))
+
+
+def downloaded(variant: Variant) -> ServerModel:
+    """The variant's latest files on this server, whatever their state."""
+    row = variant.server_copies.order_by("-pk").first()
+    if row is None:
+        raise downloads.DownloadRefused(f"{variant} has no files on this server to delete.")
+    return row
 
 
 @router.post("/models/{int:id}/retry", response={202: ModelOut, **ERRORS})

@@ -153,20 +153,29 @@ TeamName = Annotated[Text, Field(min_length=1, max_length=63)]
 
 # --- autoscaling: the bounds and target (deployments/autoscaling.py keeps the rules) ---------
 
+
+def stated(lowest: int, highest: int) -> Any:
+    """The range of a whole number as the schema states it: Whole's own reading (2.0 is 2)
+    hides Field's bounds from the schema, so they are written in again."""
+    return Field(ge=lowest, le=highest, json_schema_extra={"minimum": lowest, "maximum": highest})
+
+
+LowestCopies = Annotated[Whole, stated(0, MOST_COPIES)]
+HighestCopies = Annotated[Whole, stated(1, MOST_COPIES)]
+Window = Annotated[Whole, stated(0, autoscaling.LONGEST_WINDOW_S)]
 Target = Annotated[
     float, Field(strict=False, gt=0, le=autoscaling.HIGHEST_TARGET, allow_inf_nan=False)
 ]
-Window = Annotated[Whole, Field(ge=0, le=autoscaling.LONGEST_WINDOW_S)]
 
 
 class AutoscalingIn(StrictSchema):
     """min_copies above max_copies is refused (400) naming min_copies: a rule between two
     fields, which a schema cannot state."""
 
-    min_copies: Annotated[Whole, Field(ge=0, le=MOST_COPIES)] = Field(
+    min_copies: LowestCopies = Field(
         description="the fewest copies; 0 is allowed, yet load alone never goes below 1"
     )
-    max_copies: Annotated[Whole, Field(ge=1, le=MOST_COPIES)] = Field(description="the most copies")
+    max_copies: HighestCopies = Field(description="the most copies")
     target_in_flight: Target = Field(
         autoscaling.DEFAULT_TARGET_IN_FLIGHT,
         description="requests in flight and waiting per copy to aim at",

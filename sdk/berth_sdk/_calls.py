@@ -255,6 +255,10 @@ def download_model(model_id: int, variant: str, revision: str | None, team: str 
     return Request("POST", f"/models/{model_id}/download", body=body)
 
 
+def delete_files(model_id: int, variant: str) -> Request:
+    return Request("POST", f"/models/{model_id}/delete-files", body={"variant": variant})
+
+
 def given_only(revision: str | None, team: str | None) -> dict[str, str]:
     optional = {"revision": revision, "team": team}
     return {name: value for name, value in optional.items() if value is not None}

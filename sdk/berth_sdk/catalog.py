@@ -87,6 +87,12 @@ class Models:
             self._transport.send(calls.download_model(pk, variant, revision, team))
         )
 
+    def delete_files(self, model: ModelRef, variant: str) -> Model:
+        """Delete a variant's files from this server (platform admins); refused while a
+        deployment uses them or their download runs."""
+        request = calls.delete_files(self._pk(model), variant)
+        return Model.from_api(self._transport.send(request))
+
     def retry(self, model: ModelRef, variant: str) -> Model:
         """Try a failed download of a variant again."""
         request = calls.model_action(self._pk(model), "retry", variant)
@@ -144,6 +150,11 @@ class AsyncModels:
     ) -> Model:
         """Start downloading a variant's files to this server; see Models.download."""
         request = calls.download_model(await self._pk(model), variant, revision, team)
+        return Model.from_api(await self._transport.send(request))
+
+    async def delete_files(self, model: ModelRef, variant: str) -> Model:
+        """See Models.delete_files."""
+        request = calls.delete_files(await self._pk(model), variant)
         return Model.from_api(await self._transport.send(request))
 
     async def retry(self, model: ModelRef, variant: str) -> Model:

@@ -43,6 +43,7 @@ EVERY_PATH = {
     "/api/v1/models/{id}",
     "/api/v1/models/{id}/download",
     "/api/v1/models/{id}/retry",
+    "/api/v1/models/{id}/delete-files",
     "/api/v1/clusters",
     "/api/v1/clusters/{id}",
     "/api/v1/me",

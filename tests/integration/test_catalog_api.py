@@ -12,6 +12,7 @@ from django.test import Client
 from catalog.api import REPO_ID
 from catalog.models import Model, ServerModel
 from console.models import ApiKey, AuditEntry, KeyScope
+from deployments.models import Deployment
 from tests import factories
 from tests.hub import running_hub, safetensors_repo
 
@@ -400,3 +401,60 @@ def test_the_openapi_document_states_each_inputs_constraints(as_bob):
     assert schemas["RetryIn"]["properties"]["variant"]["maxLength"] == 40
     operations = {op["operationId"] for path in paths.values() for op in path.values()}
     assert {"show_model", "add_model", "download", "retry"} <= operations
+
+
+# --- deleting a variant's files --------------------------------------------------------------
+
+
+def test_a_platform_admin_deletes_a_variants_files_and_they_are_gone(
+    qwen, alice, settings, tmp_path
+):
+    settings.MODELS_DIR = tmp_path
+    folder = tmp_path / "qwen-bf16"
+    (folder / "model.safetensors").parent.mkdir(parents=True)
+    (folder / "model.safetensors").write_bytes(b"weights")
+    server_copy(qwen, "ready", path=str(folder))
+    response = Caller(alice).post(f"/models/{qwen.pk}/delete-files", {"variant": "bf16"})
+    assert response.status_code == 200, response.content
+    (bf16,) = response.json()["variants"]
+    assert bf16["on_this_server"] is False and bf16["download"] is None
+    assert not folder.exists() and not ServerModel.objects.exists()
+    assert actions() == ["files.deleted"]
+
+
+def test_files_a_deployment_uses_are_not_deleted_and_it_is_named(qwen, alice, red):
+    row = server_copy(qwen, "ready", path="/models/qwen")
+    deployment = factories.make_deployment("uses-qwen", red)
+    Deployment.objects.filter(pk=deployment.pk).update(model=qwen, variant=row.variant)
+    response = Caller(alice).post(f"/models/{qwen.pk}/delete-files", {"variant": "bf16"})
+    assert response.status_code == 400
+    assert response.json() == {
+        "detail": "variant: Deployments use these files: uses-qwen. Stop them first.",
+        "field": "variant",
+    }
+    assert ServerModel.objects.filter(pk=row.pk).exists() and actions() == []
+
+
+@pytest.mark.parametrize(
+    "who,variant,status,words",
+    [
+        ("bob", "bf16", 403, "Only platform admins may do this."),
+        ("alice", "q4", 404, "Qwen/Qwen3-8B has no variant q4"),
+        ("alice", "", 422, "variant"),
+    ],
+)
+def test_deleting_files_is_for_platform_admins_and_an_unknown_variant_is_named(
+    qwen, alice, bob, who, variant, status, words
+):
+    server_copy(qwen, "ready", path="/models/qwen")
+    caller = Caller(alice if who == "alice" else bob)
+    response = caller.post(f"/models/{qwen.pk}/delete-files", {"variant": variant})
+    assert response.status_code == status, response.content
+    assert words in response.json()["detail"]
+    assert ServerModel.objects.count() == 1 and actions() == []
+
+
+def test_a_variant_with_no_files_here_has_nothing_to_delete(qwen, alice):
+    response = Caller(alice).post(f"/models/{qwen.pk}/delete-files", {"variant": "bf16"})
+    assert response.status_code == 400
+    assert "has no files on this server to delete" in response.json()["detail"]
