@@ -169,5 +169,12 @@ def test_login_stores_the_key_for_the_owner_only_and_the_environment_wins(berth_
     # BERTH_API_KEY wins over what is stored.
     assert run(berth_console, "ls", key="berth_not-a-key", home=home).returncode == 1
 
+    logged_out = run(berth_console, "logout", key="", home=home)
+    assert logged_out.returncode == 0 and f"Removed {stored}." in logged_out.stdout
+    assert not stored.exists()
+    again = run(berth_console, "logout", key="", home=home)
+    assert again.returncode == 0 and "Not logged in: nothing to remove." in again.stdout
+    assert run(berth_console, "completion", "tcsh", key="", home=home).returncode == 2
+
     completion = run(berth_console, "completion", "bash", key="", home=home)
     assert completion.returncode == 0 and "complete" in completion.stdout
