@@ -227,7 +227,9 @@ def decide(
 def change_words(policy: Policy, load: Load, before: int, after: int, window: float) -> str:
     held = "above" if after > before else "below"
     waiting = f" and {load.waiting:g} waiting in the engines" if load.waiting else ""
-    ttft = f", time to first token {load.ttft_ms:.0f} ms" if load.ttft_ms is not None else ""
+    # The first token's time is said when the policy aims at it, not as noise beside the load.
+    said_ttft = policy.target_ttft_ms is not None and load.ttft_ms is not None
+    ttft = f", time to first token {load.ttft_ms:.0f} ms" if said_ttft else ""
     return (
         f"{before} → {plural(after, 'copy', 'copies')}: {load.in_flight} requests in flight"
         f"{waiting} for {plural(before, 'copy', 'copies')}{ttft}, target "

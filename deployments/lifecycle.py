@@ -530,13 +530,21 @@ def keep_serving(copy: Copy) -> None:
 
 def finish_draining(deployment: Deployment) -> None:
     """Stop the draining copies that no gateway sends to any more (a table refresh has passed)
-    and that have no request in flight at any gateway process, or whose drain limit passed."""
-    draining = list(deployment.copies.filter(draining_since__isnull=False, state=CopyState.READY))
+    and that have no request in flight at any gateway process, or whose drain limit passed.
+    One that stopped serving meanwhile (unhealthy, restarting) has nothing to finish: at once."""
+    draining = list(
+        deployment.copies.filter(draining_since__isnull=False).exclude(
+            state__in=COPY_STOPPING_OR_STOPPED
+        )
+    )
     if not draining:
         return
     in_flight, now = load.in_flight_by_copy(), timezone.now()
     for copy in draining:
         assert copy.draining_since is not None
+        if copy.state != CopyState.READY:
+            stop_copy_soon(copy)
+            continue
         drained_s = (now - copy.draining_since).total_seconds()
         if drained_s < settings.GATEWAY_REFRESH_S + 2 * load.REPORT_EVERY_S:
             continue  # a gateway may still route to it, or not have reported what it sent
