@@ -85,6 +85,7 @@ NOT_PAGES = {
     "wizard_mode": "POST only (the mode toggle)",
     "wizard_fit": "POST only (htmx fit check inside the Where step)",
     "wizard_settings_check": "POST only (htmx check of the Settings step)",
+    "deployment_autoscaling": "POST only (the Autoscaling panel's form)",
     "download_model": "POST only",
     "ask_code_trust": "POST only",
     "server_model_row": "htmx fragment: one row of On this server, which is opened",
