@@ -287,6 +287,8 @@ GATEWAY_REPLY_WAIT_S = env_int("BERTH_REPLY_WAIT_S", 180, low=10, high=1800)
 GATEWAY_MAX_BODY_MIB = env_int("BERTH_GATEWAY_MAX_BODY_MIB", 8, low=1, high=1024)
 GATEWAY_KEY_CONCURRENT = env_int("BERTH_GATEWAY_KEY_CONCURRENT", 256, low=1, high=100_000)
 GATEWAY_KEY_PER_MINUTE = env_int("BERTH_GATEWAY_KEY_PER_MINUTE", 6000, low=1, high=10_000_000)
+# Requests one gateway process holds for an idle deployment while it wakes (more: 503).
+GATEWAY_WAKE_HOLD = env_int("BERTH_GATEWAY_WAKE_HOLD", 100, low=1, high=100_000)
 
 LOGGING = {
     "version": 1,

@@ -340,7 +340,7 @@ def set_autoscaling(actor: Any, deployment: Deployment, raw: Any) -> Done:
         )
     with transaction.atomic():
         locked = Deployment.objects.select_for_update().get(pk=deployment.pk)
-        wanted = policy.clamp(locked.copies_wanted) if policy else locked.copies_wanted
+        wanted = policy.settle(locked.copies_wanted) if policy else locked.copies_wanted
         Deployment.objects.filter(pk=locked.pk).update(
             autoscaling=policy.as_json() if policy else None, copies_wanted=wanted
         )
@@ -363,7 +363,7 @@ def autoscale_to(deployment_id: int, copies: int, why: str) -> None:
         locked = Deployment.objects.select_for_update().filter(pk=deployment_id).first()
         if locked is None or locked.autoscaling is None or locked.copies_wanted == copies:
             return
-        Deployment.objects.filter(pk=locked.pk).update(copies_wanted=copies)
+        Deployment.objects.filter(pk=locked.pk).update(copies_wanted=copies, waking_since=None)
         Event.objects.create(
             deployment=locked, deployment_name=locked.name, kind=EventKind.AUTOSCALE, message=why
         )
@@ -424,8 +424,8 @@ def stop(actor: Any, deployment: Deployment) -> Done:
             deployment.pk, DeploymentState.STOPPING, message="Stopping every copy.", actor=actor
         )
         for copy in deployment.copies.exclude(state__in=COPY_STOPPING_OR_STOPPED):
-            lifecycle.stop_copy_soon(copy)
-        lifecycle.enqueue("refresh_deployment", deployment.pk)
+            lifecycle.leave(copy)
+        lifecycle.enqueue("converge_deployment", deployment.pk)
     return Done(Deployment.objects.get(pk=deployment.pk), "Stopping every copy.")
 
 

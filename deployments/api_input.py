@@ -163,14 +163,16 @@ def stated(lowest: int, highest: int) -> Any:
 LowestCopies = Annotated[Whole, stated(0, MOST_COPIES)]
 HighestCopies = Annotated[Whole, stated(1, MOST_COPIES)]
 Window = Annotated[Whole, stated(0, autoscaling.LONGEST_WINDOW_S)]
+IdleMinutes = Annotated[Whole, stated(1, autoscaling.LONGEST_IDLE_MINUTES)]
 Target = Annotated[
     float, Field(strict=False, gt=0, le=autoscaling.HIGHEST_TARGET, allow_inf_nan=False)
 ]
 
 
 class AutoscalingIn(StrictSchema):
-    """min_copies above max_copies is refused (400) naming min_copies: a rule between two
-    fields, which a schema cannot state."""
+    """min_copies above max_copies is refused (400) naming min_copies, and idle_minutes with
+    min_copies above 0 naming idle_minutes: rules between two fields, which a schema cannot
+    state."""
 
     min_copies: LowestCopies = Field(
         description="the fewest copies; 0 is allowed, yet load alone never goes below 1"
@@ -189,8 +191,10 @@ class AutoscalingIn(StrictSchema):
     down_window_s: Window | None = Field(
         None, description="seconds load must stay below before a copy leaves; null: default"
     )
-    idle_minutes: None = Field(
-        None, description="scaling to zero when idle is not available yet: null only"
+    idle_minutes: IdleMinutes | None = Field(
+        None,
+        description="with min_copies 0: minutes without a request after which it goes to zero "
+        "copies (IDLE) until a request wakes it; null: never idle",
     )
 
 

@@ -41,7 +41,9 @@ def step(deployment: Deployment, in_flight: int) -> int:
     waiting, ttft_ms = engine_load(deployment)
     measured = autoscaling.Load(in_flight=in_flight, waiting=waiting, ttft_ms=ttft_ms)
     pending = load.read_pending(deployment.pk)
-    decision = autoscaling.decide(policy, measured, deployment.copies_wanted, pending, time.time())
+    now = time.time()
+    idle_s = load.seconds_since_request(deployment.pk, now) if policy.may_idle else 0.0
+    decision = autoscaling.decide(policy, measured, deployment.copies_wanted, pending, now, idle_s)
     load.write_pending(deployment.pk, decision.pending)
     if decision.copies == deployment.copies_wanted:
         return 0

@@ -9,6 +9,9 @@ has asked for it for a whole window: the up-window (short, so a burst is met fas
 adding, the down-window (long, so a lull does not send copies away that the next burst needs)
 before removing; each window starts again whenever the wish changes direction. That is the
 hysteresis; the window after each change is the cooldown.
+
+A policy with min_copies 0 and an idle time goes to zero copies once no request came for that
+long (the IDLE state), and a request wakes it (deployments/waking.py).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from placement.words import plural
 
 DEFAULT_TARGET_IN_FLIGHT = 4.0
 LONGEST_WINDOW_S = 86400  # a day
+LONGEST_IDLE_MINUTES = 10080  # a week
 HIGHEST_TARGET = 1e6  # requests in flight per copy, or milliseconds to the first token
 FIELDS = (
     "min_copies",
@@ -75,15 +79,26 @@ class Policy:
         """The fewest copies load alone may bring it to: zero only through idleness."""
         return max(self.min_copies, 1)
 
+    @property
+    def may_idle(self) -> bool:
+        return self.min_copies == 0 and self.idle_minutes is not None
+
     def clamp(self, copies: int) -> int:
         return min(max(copies, self.min_copies), self.max_copies)
+
+    def settle(self, copies: int) -> int:
+        """The copies to run now under this policy, from those wanted: within the bounds, and
+        zero only when it may idle (new bounds that cannot idle wake an idle deployment)."""
+        within = self.clamp(copies)
+        return within if within or self.may_idle else self.lowest_serving
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
 
     def words(self) -> str:
         bounds = f"{self.min_copies} to {plural(self.max_copies, 'copy', 'copies')}"
-        return f"{bounds}, target {self.target_in_flight:g} requests in flight per copy"
+        idle = f", to zero after {self.idle_minutes} min idle" if self.may_idle else ""
+        return f"{bounds}, target {self.target_in_flight:g} requests in flight per copy{idle}"
 
 
 def stored(raw: dict[str, Any] | None) -> Policy | None:
@@ -110,13 +125,19 @@ def parse(raw: Any) -> Policy | None:
         target_ttft_ms=positive(raw, "target_ttft_ms"),
         up_window_s=whole(raw, "up_window_s", low=0, high=LONGEST_WINDOW_S),
         down_window_s=whole(raw, "down_window_s", low=0, high=LONGEST_WINDOW_S),
-        idle_minutes=not_yet(raw, "idle_minutes"),
+        idle_minutes=whole(raw, "idle_minutes", low=1, high=LONGEST_IDLE_MINUTES),
     )
     if policy.min_copies > policy.max_copies:
         raise PolicyRefused(
             f"{policy.min_copies} is above max_copies ({policy.max_copies}); the lowest must not "
             "be above the highest",
             "autoscaling.min_copies",
+        )
+    if policy.idle_minutes is not None and policy.min_copies > 0:
+        raise PolicyRefused(
+            f"only a deployment whose min_copies is 0 goes idle (min_copies is "
+            f"{policy.min_copies}): set min_copies to 0, or idle_minutes to null",
+            "autoscaling.idle_minutes",
         )
     return policy
 
@@ -135,15 +156,6 @@ def whole(raw: dict[str, Any], name: str, *, required: bool = False, low: int = 
             f"{value!r} is not allowed: a whole number from {low} to {high}", f"autoscaling.{name}"
         )
     return value
-
-
-def not_yet(raw: dict[str, Any], name: str) -> None:
-    """Scale to zero after an idle time needs the IDLE state and waking on a request, which
-    Berth does not have yet: refused in words rather than stored and ignored."""
-    if raw.get(name) is not None:
-        raise PolicyRefused(
-            "scaling to zero when idle is not available yet: leave it null", f"autoscaling.{name}"
-        )
 
 
 def positive(raw: dict[str, Any], name: str) -> float | None:
@@ -203,13 +215,22 @@ def wished(policy: Policy, load: Load, current: int) -> int:
 
 
 def decide(
-    policy: Policy, load: Load, current: int, pending: Pending | None, now: float
+    policy: Policy,
+    load: Load,
+    current: int,
+    pending: Pending | None,
+    now: float,
+    idle_s: float = 0.0,
 ) -> Decision:
-    """The number of copies to run, given those wanted now (`current`) and the wish that has
-    been waiting for its window (`pending`)."""
+    """The number of copies to run, given those wanted now (`current`), the wish that has
+    been waiting for its window (`pending`) and the seconds since its last request (`idle_s`)."""
     if current < policy.min_copies or current > policy.max_copies:
         target = policy.clamp(current)  # the bounds changed: only what is outside them moves
         return Decision(target, None, f"{current} → {target} copies: {policy.words()}")
+    if current and policy.may_idle and load.demand == 0:
+        assert policy.idle_minutes is not None
+        if idle_s >= policy.idle_minutes * 60:
+            return Decision(0, None, idle_words(policy, current))
     want = wished(policy, load, current)
     if want == current:
         return Decision(current, None)
@@ -222,6 +243,13 @@ def decide(
     if now - pending.since < window:
         return Decision(current, pending)
     return Decision(want, None, change_words(policy, load, current, want, window))
+
+
+def idle_words(policy: Policy, before: int) -> str:
+    return (
+        f"{before} → 0 copies: no request for {policy.idle_minutes} min; idle until the next "
+        "request wakes it"
+    )
 
 
 def change_words(policy: Policy, load: Load, before: int, after: int, window: float) -> str:

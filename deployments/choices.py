@@ -14,6 +14,9 @@ class DeploymentState(StateChoices):
     INITIALIZING = "INITIALIZING", Badge.BLUE, "Initializing"
     DEPLOYED = "DEPLOYED", Badge.GREEN, "Deployed"
     DEGRADED = "DEGRADED", Badge.AMBER, "Degraded"
+    # Scaled to zero by its autoscaling after an idle time: it wakes on the next request (an
+    # operator's STOPPED never does).
+    IDLE = "IDLE", Badge.GREY, "Idle"
     STOPPING = "STOPPING", Badge.GREY, "Stopping"
     STOPPED = "STOPPED", Badge.GREY, "Stopped"
     ERROR = "ERROR", Badge.AMBER, "Error"
@@ -30,6 +33,7 @@ DEPLOYMENT_RUNNING = frozenset(
         DeploymentState.DEPLOYED,
         DeploymentState.DEGRADED,
         DeploymentState.ERROR,
+        DeploymentState.IDLE,
     }
 )
 DEPLOYMENT_PLACEABLE = DEPLOYMENT_RUNNING | {DeploymentState.REQUESTED}

@@ -65,8 +65,20 @@ class ReviewForm(forms.Form):
     min_copies = forms.IntegerField(label="Lowest copies", required=False)
     max_copies = forms.IntegerField(label="Highest copies", required=False)
     target_in_flight = forms.FloatField(label="Requests in flight per copy", required=False)
+    idle_minutes = forms.IntegerField(
+        label="Idle after, minutes",
+        required=False,
+        help_text="With a lowest of 0: no copies after this long without a request; the next "
+        "request starts one.",
+    )
 
-    AUTOSCALING_FIELDS = ("autoscale", "min_copies", "max_copies", "target_in_flight")
+    AUTOSCALING_FIELDS = (
+        "autoscale",
+        "min_copies",
+        "max_copies",
+        "target_in_flight",
+        "idle_minutes",
+    )
 
     def autoscaling(self) -> dict[str, Any] | None:
         """The API's autoscaling object from what was typed (deployments/autoscaling.py checks
@@ -227,6 +239,7 @@ class AutoscalingForm(forms.Form):
     target_ttft_ms = forms.FloatField(required=False)
     up_window_s = forms.IntegerField(required=False)
     down_window_s = forms.IntegerField(required=False)
+    idle_minutes = forms.IntegerField(required=False)
 
 
 class DeploymentFilter(ListFilter):

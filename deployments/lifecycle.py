@@ -18,19 +18,21 @@ from django.utils import timezone
 from catalog.models import ServerModel, ServerModelState
 from clusters.models import Cluster
 from console import live
-from deployments import load, transitions
+from deployments import autoscaling, load, transitions
 from deployments.choices import (
     COPY_PLACED,
     COPY_STOPPING_OR_STOPPED,
     COPY_WAITING,
     DEPLOYMENT_GAVE_UP,
     DEPLOYMENT_PLACEABLE,
+    DEPLOYMENT_SERVING,
     CopyState,
     DeploymentState,
     ErrorCode,
+    EventKind,
 )
 from deployments.classify import Failure
-from deployments.models import Copy, Deployment, Reservation
+from deployments.models import Copy, Deployment, Event, Reservation
 from deployments.placing import first_reason, fit_check, release, request_for, reserve
 from placement import GIB
 from placement.words import gib, percent, plural
@@ -382,6 +384,13 @@ def desired_state(deployment: Deployment) -> tuple[str, str]:
     ready = min(counts.get(CopyState.READY, 0), wanted)
     rest = what_the_rest_do(deployment, counts)
     if wanted == 0:
+        policy = autoscaling.stored(deployment.autoscaling)
+        if policy is not None and policy.may_idle:
+            return (
+                DeploymentState.IDLE,
+                f"Idle: scaled to zero after {policy.idle_minutes} min without a request; the "
+                "next request starts a copy.",
+            )
         return DeploymentState.DEPLOYED, "Scaled to 0 copies: nothing runs, the settings are kept."
     if ready == wanted:
         return (
@@ -421,12 +430,35 @@ def refresh_state(deployment_id: int) -> None:
     if deployment.state not in DEPLOYMENT_PLACEABLE:
         return
     state, message = desired_state(deployment)
+    if deployment.waking_since is not None and state in DEPLOYMENT_SERVING:
+        record_cold_start(deployment)
     if state == deployment.state:
         if message != deployment.last_message:
             transitions.set_last_message(deployment.pk, message)
         return
     # The last error stays on record (with its time) after the deployment recovers.
     transitions.move_deployment(deployment.pk, state, message=message)
+
+
+COLD_START_WORDS = "Woke from idle"
+
+
+def record_cold_start(deployment: Deployment) -> None:
+    """Woken from IDLE and a copy serves: how long that took, as an Event and as what the
+    gateway tells the clients of the next wake to wait."""
+    assert deployment.waking_since is not None
+    took = (timezone.now() - deployment.waking_since).total_seconds()
+    claimed = Deployment.objects.filter(pk=deployment.pk, waking_since__isnull=False).update(
+        waking_since=None, last_cold_start_s=took
+    )
+    if claimed:  # once, however many workers refresh it
+        Event.objects.create(
+            deployment=deployment,
+            deployment_name=deployment.name,
+            kind=EventKind.AUTOSCALE,
+            message=f"{COLD_START_WORDS}: a copy serves {took:.1f} s after the request that "
+            "woke it",
+        )
 
 
 # --- stopping ----------------------------------------------------------------------------
@@ -506,10 +538,15 @@ def scale_down_extras(deployment: Deployment) -> None:
         return
     in_flight = load.in_flight_by_copy() if extra else {}
     for copy in sorted(staying, key=lambda c: leaving_order(c, in_flight))[:extra]:
-        if copy.state == CopyState.READY:
-            start_draining(copy)
-        else:
-            stop_copy_soon(copy)
+        leave(copy)
+
+
+def leave(copy: Copy) -> None:
+    """A copy that serves drains first (a scale-down or a stop); any other stops now."""
+    if copy.state == CopyState.READY:
+        start_draining(copy)
+    else:
+        stop_copy_soon(copy)
 
 
 def leaving_order(copy: Copy, in_flight: dict[int, int]) -> tuple[bool, int, int]:

@@ -4,7 +4,8 @@ gateway only reports into them), so the autoscaler and the drain read one place 
 gateway processes run.
 
 Each gateway process writes its own hash of copy → requests in flight, replaced every report
-and expiring soon after: a process that dies stops counting by itself.
+and expiring soon after: a process that dies stops counting by itself. The time of each
+deployment's latest request is one hash for all (what idleness is measured from).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import time
 import uuid
 from collections.abc import Mapping
 
@@ -36,9 +38,18 @@ def report_key(process: str) -> str:
     return f"{prefix()}:in-flight:{process}"
 
 
-def report_in_flight(in_flight: Mapping[int, int], process: str = PROCESS) -> None:
-    """This gateway process's requests in flight per copy (blocking; the gateway calls it in a
-    thread)."""
+def last_request_key() -> str:
+    return f"{prefix()}:last-request"
+
+
+def report_in_flight(
+    in_flight: Mapping[int, int],
+    last_requests: Mapping[int, float] | None = None,
+    process: str = PROCESS,
+) -> None:
+    """This gateway process's requests in flight per copy, and the deployments it sent a
+    request to since its last report, with when (epoch seconds). Blocking: the gateway calls
+    it in a thread."""
     counts = {str(copy): n for copy, n in in_flight.items() if n > 0}
     key = report_key(process)
     with client().pipeline() as pipe:  # one round trip, and never half a report
@@ -46,7 +57,30 @@ def report_in_flight(in_flight: Mapping[int, int], process: str = PROCESS) -> No
         if counts:
             pipe.hset(key, mapping=counts)
             pipe.expire(key, REPORT_KEEP_S)
+        if last_requests:
+            latest = {str(deployment): at for deployment, at in last_requests.items()}
+            pipe.hset(last_request_key(), mapping=latest)
         pipe.execute()
+
+
+def seconds_since_request(deployment_id: int, now: float | None = None) -> float:
+    """How long no gateway process sent the deployment a request. Never seen one: counted
+    from now (the first time it is asked), so a deployment is never idle before its time."""
+    now = time.time() if now is None else now
+    redis = client()
+    raw = redis.hget(last_request_key(), str(deployment_id))
+    if raw is None:
+        redis.hsetnx(last_request_key(), str(deployment_id), now)
+        return 0.0
+    return max(0.0, now - float(raw))
+
+
+def note_request(deployment_id: int, at: float | None = None) -> None:
+    client().hset(last_request_key(), str(deployment_id), time.time() if at is None else at)
+
+
+def forget_requests(deployment_id: int) -> None:
+    client().hdel(last_request_key(), str(deployment_id))
 
 
 def in_flight_by_copy() -> dict[int, int]:

@@ -57,6 +57,10 @@ class Deployment(StateGuardedModel):
     # None: a fixed number of copies. Else the bounds and target the autoscaler keeps it in
     # (deployments/autoscaling.py: Policy, the one reading of this object).
     autoscaling = models.JSONField(null=True, blank=True, editable=False)
+    # Woken from IDLE by a request at this time, and no copy serves yet; the cold start it
+    # took last (seconds), which the gateway tells a client to wait.
+    waking_since = models.DateTimeField(null=True, blank=True, editable=False)
+    last_cold_start_s = models.FloatField(null=True, blank=True, editable=False)
     engine = models.CharField(max_length=16, choices=Engine.choices, default=Engine.VLLM)
     engine_settings = models.JSONField(
         default=dict, blank=True, help_text="only what differs from defaults"

@@ -42,6 +42,7 @@ def converge(deployment_id: int) -> None:
     deployment = Deployment.objects.filter(pk=deployment_id).first()
     if deployment is None or deployment.state not in DEPLOYMENT_PLACEABLE:
         if deployment is not None:
+            lifecycle.finish_draining(deployment)  # a stop drains the copies that serve
             lifecycle.refresh_state(deployment.pk)
         return
     lifecycle.finish_draining(deployment)

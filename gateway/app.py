@@ -88,7 +88,7 @@ async def serve(call: Call, send: Send) -> None:
     try:
         service.LIMITS.admit(limit_key)
     except TooMany as refused:
-        await send_reply(too_many_reply(refused), send)
+        await send_reply(error_reply(refused), send)
         return
     try:
         reply = await service.current().handle(call)
@@ -99,12 +99,6 @@ async def serve(call: Call, send: Send) -> None:
                 await reply.close()  # also when cancelled: it closes the request at the copy
     finally:
         service.LIMITS.done(limit_key)
-
-
-def too_many_reply(refused: TooMany) -> Reply:
-    reply = error_reply(refused)
-    retry = (b"retry-after", str(refused.retry_after_s).encode())
-    return Reply(reply.status, [*reply.headers, retry], reply.body)
 
 
 def route_known(path: str, method: str) -> None:

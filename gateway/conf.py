@@ -40,6 +40,11 @@ def key_per_minute() -> int:
     return int(settings.GATEWAY_KEY_PER_MINUTE)
 
 
+def wake_hold() -> int:
+    """Requests this process holds for one idle deployment while it wakes (more: 503)."""
+    return int(settings.GATEWAY_WAKE_HOLD)
+
+
 def gateway_port() -> int:
     return int(getattr(settings, "GATEWAY_PORT", None) or env_int("BERTH_GATEWAY_PORT", 8001))
 

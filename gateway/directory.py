@@ -15,7 +15,7 @@ from django.conf import settings
 
 from clusters.backends.kubernetes.manifests import DEFAULT_PORT, object_name
 from clusters.models import ClusterKind
-from deployments.choices import DEPLOYMENT_ACTIVE, CopyState, DeploymentState
+from deployments.choices import DEPLOYMENT_ACTIVE, DEPLOYMENT_RUNNING, CopyState, DeploymentState
 from deployments.launching import served_name
 from deployments.models import Copy, Deployment
 from gateway import errors
@@ -51,10 +51,23 @@ class Route:
     served_name: str
     reply_wait_s: int
     upstreams: tuple[Upstream, ...]
+    waking_since: float | None = None  # epoch seconds: woken from IDLE, no copy serves yet
+    last_cold_start_s: float | None = None
 
     @property
     def state_label(self) -> str:
         return str(DeploymentState(self.state).label)
+
+    @property
+    def wakes_on_request(self) -> bool:
+        """Idle, or woken and starting: a request waits for its copy (gateway/waking.py)."""
+        if self.state == DeploymentState.IDLE:
+            return True
+        return self.waking_since is not None and self.state in DEPLOYMENT_RUNNING
+
+    @property
+    def on_offer(self) -> bool:
+        return bool(self.upstreams) or self.wakes_on_request
 
 
 @dataclass(frozen=True)
@@ -87,8 +100,9 @@ class Table:
         return None
 
     def on_offer(self, caller: Caller) -> list[str]:
-        """The names this caller can send requests to now: chat names, then deployment names."""
-        serving = [r for r in self.routes.values() if r.upstreams and caller.may_use(r.team_id)]
+        """The names this caller can send requests to now (an idle deployment's too: a request
+        wakes it): chat names, then deployment names."""
+        serving = [r for r in self.routes.values() if r.on_offer and caller.may_use(r.team_id)]
         teams_by_chat: dict[str, set[int]] = {}
         for route in serving:
             if route.chat_name:
@@ -145,7 +159,15 @@ def load_table(keys: KeyBox) -> Table:
             by_deployment.setdefault(copy.deployment_id, []).append(found)
     # Stopped deployments stay in the table, so that asking for one says it is stopped.
     rows = Deployment.objects.select_related("team").only(
-        "id", "name", "team__name", "created_at", "chat_name", "state", "reply_wait_s"
+        "id",
+        "name",
+        "team__name",
+        "created_at",
+        "chat_name",
+        "state",
+        "reply_wait_s",
+        "waking_since",
+        "last_cold_start_s",
     )
     return Table.of(route_of(row, by_deployment.get(row.pk, [])) for row in rows)
 
@@ -162,4 +184,6 @@ def route_of(deployment: Deployment, upstreams: list[Upstream]) -> Route:
         served_name=served_name(deployment),
         reply_wait_s=deployment.reply_wait_s or settings.GATEWAY_REPLY_WAIT_S,
         upstreams=tuple(upstreams),
+        waking_since=deployment.waking_since.timestamp() if deployment.waking_since else None,
+        last_cold_start_s=deployment.last_cold_start_s,
     )

@@ -27,12 +27,14 @@ ERROR_TYPES = {
 
 
 class GatewayError(Exception):
-    """A request the gateway answers itself, with an HTTP status and a message."""
+    """A request the gateway answers itself, with an HTTP status and a message (and, when the
+    client should come back, after how many seconds: Retry-After)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, retry_after_s: int | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.retry_after_s = retry_after_s
 
     def body(self) -> bytes:
         return error_body(self.status, self.message)
@@ -105,6 +107,23 @@ def unknown_model(name: str, on_offer: Iterable[str]) -> GatewayError:
 def no_copy_ready(name: str, states: Iterable[tuple[str, str]]) -> GatewayError:
     why = "; ".join(f"{deployment} is {state.lower()}" for deployment, state in states)
     return GatewayError(503, f"No copy of {name} is ready to serve: {why}. Try again later.")
+
+
+def still_waking(name: str, wait_s: int) -> GatewayError:
+    return GatewayError(
+        503,
+        f"{name} is starting after being idle; try again in about {wait_s} s.",
+        retry_after_s=wait_s,
+    )
+
+
+def too_many_waiting(name: str, held: int, wait_s: int) -> GatewayError:
+    return GatewayError(
+        503,
+        f"{name} is starting after being idle and {held} requests already wait for it (the "
+        f"gateway's limit, BERTH_GATEWAY_WAKE_HOLD); try again in about {wait_s} s.",
+        retry_after_s=wait_s,
+    )
 
 
 def unreachable(name: str) -> GatewayError:

@@ -21,8 +21,7 @@ class TooMany(GatewayError):
     """A request over a key's limit: 429, and when to try again."""
 
     def __init__(self, message: str, retry_after_s: int) -> None:
-        super().__init__(429, message)
-        self.retry_after_s = retry_after_s
+        super().__init__(429, message, retry_after_s)
 
 
 @dataclass

@@ -22,6 +22,8 @@ class Picker:
         self.in_flight: dict[int, int] = {}
         self.by_deployment: dict[int, int] = {}
         self.down_until: dict[int, float] = {}
+        # Deployments sent a request since the last load report, and when (epoch seconds).
+        self.requested_at: dict[int, float] = {}
 
     def choose(self, routes: Iterable[Route], tried: set[int]) -> tuple[Route, Upstream] | None:
         pairs = [(r, u) for r in routes for u in r.upstreams if u.copy_id not in tried]
@@ -37,11 +39,17 @@ class Picker:
         self.in_flight[upstream.copy_id] = self.in_flight.get(upstream.copy_id, 0) + 1
         deployment = upstream.deployment_id
         self.by_deployment[deployment] = self.by_deployment.get(deployment, 0) + 1
+        self.requested_at[deployment] = time.time()
 
     def done(self, upstream: Upstream) -> None:
         self.in_flight[upstream.copy_id] = self.in_flight.get(upstream.copy_id, 1) - 1
         deployment = upstream.deployment_id
         self.by_deployment[deployment] = self.by_deployment.get(deployment, 1) - 1
+
+    def take_requested(self) -> dict[int, float]:
+        """The deployments requested since the last call, and when (for the load report)."""
+        taken, self.requested_at = self.requested_at, {}
+        return taken
 
     def set_aside(self, upstream: Upstream) -> None:
         self.down_until[upstream.copy_id] = time.monotonic() + DOWN_FOR_S

@@ -78,7 +78,10 @@ def json_reply(status: int, body: bytes) -> Reply:
 
 
 def error_reply(error: GatewayError) -> Reply:
-    return json_reply(error.status, error.body())
+    if error.retry_after_s is None:
+        return json_reply(error.status, error.body())
+    retry = (b"retry-after", str(error.retry_after_s).encode())
+    return Reply(error.status, [*JSON, retry], error.body())
 
 
 class Unreachable(Exception):

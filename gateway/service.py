@@ -23,7 +23,7 @@ import aiohttp
 from django.db import connection
 
 from console import live
-from deployments import load
+from deployments import load, waking
 from gateway import conf, errors
 from gateway.directory import KeyBox, Table, Upstream, load_table
 from gateway.errors import GatewayError
@@ -32,6 +32,7 @@ from gateway.keys import Caller, KeyCache
 from gateway.limits import KeyLimits
 from gateway.picking import Picker
 from gateway.relay import Call, Reply, error_reply, json_reply, relay
+from gateway.waking import Waker
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -120,6 +121,7 @@ class Gateway:
         self.picker = PICKER
         self.figures = FIGURES
         self.keys = KEYS
+        self.waker = Waker()
         self.tasks: list[asyncio.Task[Any]] = []
 
     def start(self) -> None:
@@ -136,6 +138,8 @@ class Gateway:
             routes = table.resolve(call.model, call.caller)
             if routes is None:
                 raise errors.unknown_model(call.model, table.on_offer(call.caller))
+            if not any(route.upstreams for route in routes):
+                routes = await self.waker.until_serving(self, call, routes)
             return await relay(self, call, routes)
         except GatewayError as error:
             return error_reply(error)
@@ -144,6 +148,11 @@ class Gateway:
         table = await self.table()
         data = [model_card(name, table, caller) for name in table.on_offer(caller)]
         return json_reply(200, json_bytes({"object": "list", "data": data}))
+
+    async def wake(self, deployment_id: int, requested_by: str) -> None:
+        """Ask for a copy of an idle deployment, and read the table again at once."""
+        await run_blocking(functools.partial(waking.wake, deployment_id, requested_by))
+        self.directory.refresh_soon()
 
     def client_for(self, upstream: Upstream) -> aiohttp.ClientSession:
         if not upstream.socket:
@@ -191,11 +200,15 @@ class Gateway:
         """Tell the autoscaler and the drain (deployments/load.py) what this process has in
         flight, every load.REPORT_EVERY_S; they sum every gateway process's reports."""
         while True:
-            report = functools.partial(load.report_in_flight, dict(self.picker.in_flight))
+            requested = self.picker.take_requested()
+            report = functools.partial(
+                load.report_in_flight, dict(self.picker.in_flight), requested
+            )
             try:
                 await asyncio.get_running_loop().run_in_executor(LOAD_THREAD, report)
             except Exception:
                 log.warning("gateway: could not report its load", exc_info=True)
+                self.picker.requested_at = {**requested, **self.picker.requested_at}  # next time
             await asyncio.sleep(load.REPORT_EVERY_S)
 
     async def follow_broadcasts(self) -> None:

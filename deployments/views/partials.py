@@ -13,7 +13,7 @@ from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
 from console.access import operates_team
-from deployments import autoscaling, load, machine_files
+from deployments import autoscaling, load, machine_files, waking
 from deployments import engine_figures as figures_of_engines
 from deployments.choices import CopyState
 from deployments.models import Deployment, Reservation
@@ -74,6 +74,7 @@ def autoscaling_panel(deployment: Deployment) -> dict[str, Any]:
         "pending_for_s": int(time.time() - pending.since) if pending else 0,
         "default_up_window": settings.AUTOSCALE_UP_WINDOW_S,
         "default_down_window": settings.AUTOSCALE_DOWN_WINDOW_S,
+        "wakes": waking.recent_wakes(deployment.pk) if policy and policy.may_idle else [],
     }
 
 

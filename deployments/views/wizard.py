@@ -412,6 +412,7 @@ def autoscaling_initial(draft: Draft) -> dict[str, Any]:
         "min_copies": chosen.get("min_copies", draft.copies),
         "max_copies": chosen.get("max_copies", draft.copies + 1),
         "target_in_flight": chosen.get("target_in_flight", DEFAULT_TARGET_IN_FLIGHT),
+        "idle_minutes": chosen.get("idle_minutes"),
     }
 
 

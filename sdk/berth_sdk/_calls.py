@@ -188,7 +188,8 @@ def events(filters: Mapping[str, Any]) -> Request:
 
 
 def settled(current: Deployment) -> bool:
-    """Whether waiting for it is over: True once DEPLOYED; raised when it will not serve."""
+    """Whether waiting for it is over: True once DEPLOYED (or IDLE: it wakes on a request);
+    raised when it will not serve."""
     if current.state.is_ready:
         return True
     if current.state.is_failed or current.state.is_stopped:

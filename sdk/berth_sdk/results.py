@@ -26,6 +26,7 @@ class DeploymentStatus(enum.StrEnum):
     INITIALIZING = "INITIALIZING"
     DEPLOYED = "DEPLOYED"
     DEGRADED = "DEGRADED"
+    IDLE = "IDLE"  # scaled to zero when idle: the next request wakes it
     STOPPING = "STOPPING"
     STOPPED = "STOPPED"
     ERROR = "ERROR"
@@ -34,8 +35,8 @@ class DeploymentStatus(enum.StrEnum):
 
     @property
     def is_ready(self) -> bool:
-        """Every wanted copy serves."""
-        return self is DeploymentStatus.DEPLOYED
+        """Every wanted copy serves (an IDLE deployment wants none: a request wakes it)."""
+        return self in (DeploymentStatus.DEPLOYED, DeploymentStatus.IDLE)
 
     @property
     def is_failed(self) -> bool:

@@ -1,7 +1,8 @@
 """Autoscaling with the real processes (worker, beat, watcher, gateway) and simulated engines:
-load through the gateway adds copies after the up-window, their leaving after the down-window
-drains them first (no request is lost: every one is counted), each change is an Event with its
-numbers, and new bounds move only the copies outside them (the others keep their engines)."""
+a ramp of 1 → 32 → 1 streams through the gateway adds copies after the up-window, their leaving
+after the down-window drains them first (no request is lost: every one is counted), each change
+is an Event with its numbers; new bounds move only the copies outside them (the others keep
+their engines), and a copy short of room waits with the reason until room frees."""
 
 from __future__ import annotations
 
@@ -30,6 +31,9 @@ FAST = {
 }
 POLICY = {"min_copies": 1, "max_copies": 3, "target_in_flight": 1, "up_window_s": 1,
           "down_window_s": 3}  # fmt: skip
+# The ramp: 1 → 32 → 1 streams for a target of 8 a copy (4 copies at the peak).
+RAMP = {**POLICY, "max_copies": 4, "target_in_flight": 8}
+RAMP_STEPS = (1, 2, 4, 8, 16, 32)
 # About 2 s a reply: 80 tokens at the simulator's 40 tokens a second.
 REQUEST = {"model": "auto", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 80,
            "ignore_eos": True, "stream": True}  # fmt: skip
@@ -44,7 +48,7 @@ class Load:
         self.endings: Counter[str] = Counter()
         self.streams = 0
         self.lock = threading.Lock()
-        self.pool = ThreadPoolExecutor(max_workers=8)
+        self.pool = ThreadPoolExecutor(max_workers=max(RAMP_STEPS))
 
     def set_streams(self, streams: int) -> None:
         with self.lock:
@@ -84,33 +88,37 @@ def running(deployment: Deployment) -> list[Copy]:
     return list(Copy.objects.filter(deployment=deployment).exclude(state=CopyState.STOPPED))
 
 
-def test_load_adds_copies_its_lull_drains_them_without_losing_a_request(tmp_path, bob, red):
+def test_a_ramp_to_32_streams_adds_copies_and_its_end_drains_them_losing_no_request(
+    tmp_path, bob, red
+):
     call_command("load_catalog")
     cluster = simulated_cluster("auto", gpus=4)
     key = ApiKey.issue(bob, "load")[1]
     with console_processes(tmp_path, **FAST), gateway_server(**FAST) as gateway:
-        deployment = host(bob, red, cluster, "auto", autoscaling=POLICY,
+        deployment = host(bob, red, cluster, "auto", autoscaling=RAMP,
                           engine_settings={"max_model_len": 4096})  # fmt: skip
         wait_for(reached(deployment, DeploymentState.DEPLOYED), 90, what="DEPLOYED")
         load = Load(gateway, key)
         try:
-            load.set_streams(3)  # 3 in flight for a target of 1 a copy: 3 copies
-            wait_for(lambda: len(serving(deployment)) == 3, 90, what="three copies serving")
-            load.set_streams(1)  # one in flight: the two others drain, then stop
+            for streams in RAMP_STEPS:
+                load.set_streams(streams)
+                time.sleep(1)
+            wait_for(lambda: len(serving(deployment)) == 4, 90, what="four copies serving")
+            for streams in reversed(RAMP_STEPS):
+                load.set_streams(streams)
+                time.sleep(1)
             wait_for(lambda: len(running(deployment)) == 1, 90, what="back to one copy")
         finally:
             endings = load.stop()
-    assert set(endings) == {"complete"}, endings
-    assert endings["complete"] >= 6
+    assert set(endings) == {"complete"}, endings  # none dropped while copies drained
+    assert endings["complete"] >= 32
     changes = list(
         Event.objects.filter(deployment=deployment, kind=EventKind.AUTOSCALE).order_by("at")
     )
     assert changes[0].message.startswith("1 → ")
-    assert "requests in flight for 1 copy, target 1 per copy (above it for 1 s)" in (
-        changes[0].message
-    )
-    assert changes[-1].message.startswith(("3 → 1 copy", "2 → 1 copy"))
-    assert "(below it for 3 s)" in changes[-1].message
+    assert "for 1 copy, target 8 per copy (above it for 1 s)" in changes[0].message
+    assert changes[-1].message.endswith("(below it for 3 s)")
+    assert changes[-1].message.split(":")[0].endswith("→ 1 copy")
 
 
 def test_new_bounds_move_only_the_copies_outside_them(tmp_path, bob, red):
@@ -132,6 +140,21 @@ def test_new_bounds_move_only_the_copies_outside_them(tmp_path, bob, red):
         actions.set_autoscaling(bob, deployment, {**policy, "min_copies": 3, "max_copies": 5})
         wait_for(lambda: len(serving(deployment)) == 3, 90, what="a third copy for the new floor")
         assert {c.pk: c.process_id for c in serving(deployment) if c.pk in engines} == engines
+
+        # Room short: a fourth copy is wanted while another deployment holds the fourth GPU;
+        # it waits, saying why, and starts once that deployment stops.
+        blocker = host(bob, red, cluster, "blocker", engine_settings={"max_model_len": 4096})
+        wait_for(reached(blocker, DeploymentState.DEPLOYED), 90, what="the blocker DEPLOYED")
+        actions.set_autoscaling(bob, deployment, {**policy, "min_copies": 4, "max_copies": 5})
+        wait_for(lambda: Copy.objects.filter(deployment=deployment, state=CopyState.PENDING),
+                 60, what="a copy waiting for room")  # fmt: skip
+        waiting = Deployment.objects.get(pk=deployment.pk)
+        assert waiting.state == DeploymentState.DEGRADED
+        # With the numbers of the room that is short, as Scale says them.
+        assert "3 of 4 copies serve; 1 waits for room: Each copy reserves" in waiting.last_message
+        assert "GiB" in waiting.last_message
+        actions.stop(bob, blocker)
+        wait_for(lambda: len(serving(deployment)) == 4, 90, what="the fourth copy, room freed")
 
         fixed = actions.scale(bob, deployment, 3)
         assert "Autoscaling is off" in fixed.words

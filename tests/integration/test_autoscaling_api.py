@@ -63,7 +63,9 @@ def test_bounds_change_and_go_and_a_fixed_scale_turns_them_off(demo, bob):
         ({**POLICY, "min_copies": -1}, 422, "autoscaling.min_copies"),
         ({**POLICY, "target_in_flight": 0}, 422, "autoscaling.target_in_flight"),
         ({**POLICY, "up_window_s": 90000}, 422, "autoscaling.up_window_s"),
-        ({**POLICY, "idle_minutes": 10}, 422, "autoscaling.idle_minutes"),
+        ({**POLICY, "idle_minutes": 10}, 400, "autoscaling.idle_minutes"),
+        ({**POLICY, "min_copies": 0, "idle_minutes": 0}, 422, "autoscaling.idle_minutes"),
+        ({**POLICY, "min_copies": 0, "idle_minutes": 10081}, 422, "autoscaling.idle_minutes"),
         ({**POLICY, "scale_to": 3}, 422, "autoscaling.scale_to"),
         ({"max_copies": 3}, 422, "autoscaling.min_copies"),
         ("two to five", 422, "autoscaling"),
@@ -89,3 +91,12 @@ def test_a_viewer_reads_the_bounds_but_cannot_change_them(demo, bob, carol):
     refused = Caller(carol).post(f"/deployments/{pk}/autoscaling", {"autoscaling": None})
     assert refused.status_code == 403
     assert Deployment.objects.get(pk=pk).autoscaling is not None
+
+
+def test_an_idle_time_with_a_lowest_of_zero_is_kept_and_read_back(demo, bob):
+    pk = hosted(bob)
+    idle = {**POLICY, "min_copies": 0, "idle_minutes": 15}
+    answer = Caller(bob).post(f"/deployments/{pk}/autoscaling", {"autoscaling": idle})
+    assert answer.status_code == 200, answer.content
+    assert answer.json()["autoscaling"]["idle_minutes"] == 15
+    assert Caller(bob).get(f"/deployments/{pk}").json()["autoscaling"]["idle_minutes"] == 15

@@ -59,6 +59,18 @@ def test_an_operator_turns_it_on_sees_the_policy_and_turns_it_off(as_bob, red_de
     assert Deployment.objects.get(pk=red_deployment.pk).autoscaling is None
 
 
+def test_an_idle_time_is_set_said_and_each_wake_listed_with_its_cold_start(as_bob, red_deployment):
+    shown = post(as_bob, red_deployment, **{**GOOD, "min_copies": "0", "idle_minutes": "20"})
+    assert "to zero after 20 min idle" in shown
+    assert "With no request for 20 min it goes to zero copies (Idle)" in shown
+    assert Deployment.objects.get(pk=red_deployment.pk).autoscaling["idle_minutes"] == 20
+    Event.objects.create(
+        deployment=red_deployment, deployment_name=red_deployment.name, kind="autoscale",
+        message="Woke from idle: a copy serves 12.5 s after the request that woke it",
+    )  # fmt: skip
+    assert "a copy serves 12.5 s after the request that woke it" in page(as_bob, red_deployment)
+
+
 @pytest.mark.parametrize(
     "form,words",
     [
@@ -67,6 +79,14 @@ def test_an_operator_turns_it_on_sees_the_policy_and_turns_it_off(as_bob, red_de
         ({**GOOD, "target_in_flight": "0"}, "Not done: target in flight: 0.0 is not allowed"),
         ({**GOOD, "max_copies": "many"}, "Not done: max copies: Enter a whole number."),
         ({**GOOD, "up_window_s": "-3"}, "Not done: up window s: -3 is not allowed"),
+        (
+            {**GOOD, "idle_minutes": "5"},
+            "Not done: idle minutes: only a deployment whose min_copies is 0",
+        ),
+        (
+            {**GOOD, "min_copies": "0", "idle_minutes": "0"},
+            "Not done: idle minutes: 0 is not allowed",
+        ),
     ],
 )
 def test_bad_numbers_are_refused_with_the_field_and_nothing_changes(

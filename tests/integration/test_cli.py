@@ -78,6 +78,10 @@ def test_deploy_follows_to_deployed_in_plain_lines_then_every_command_works(bert
         "1 to 3 copies, aiming at 2 requests in flight per copy"
         in run(berth_console, "status", "cli-qwen").stdout
     )
+    idle = run(berth_console, "autoscale", "cli-qwen", "--min", "0", "--max", "3",
+               "--idle-minutes", "30")  # fmt: skip
+    assert idle.returncode == 0, idle.stderr
+    assert "idle after 30 min" in run(berth_console, "status", "cli-qwen").stdout
     crossed = run(berth_console, "autoscale", "cli-qwen", "--min", "3", "--max", "1")
     assert crossed.returncode == 1 and "[autoscaling.min_copies]" in crossed.stderr
     assert run(berth_console, "autoscale", "cli-qwen").returncode == 2  # neither bounds nor --off
@@ -145,6 +149,14 @@ def test_estimate_fit_and_models_answer_and_bad_input_is_refused_with_words(bert
     assert bad_setting.returncode == 2 and "is not KEY=VALUE" in bad_setting.stderr
     assert run(berth_console, "scale", "x", "--copies", "many").returncode == 2
     assert run(berth_console, "logs", "x", "--stream", "stdout").returncode == 2
+    idle_alone = run(berth_console, "deploy", QWEN, "--idle-minutes", "5")
+    assert idle_alone.returncode == 2 and "--idle-minutes need --min-copies" in idle_alone.stderr
+    assert run(berth_console, "autoscale", "x", "--min", "0", "--max", "2",
+               "--idle-minutes", "0").returncode == 2  # fmt: skip
+    # The console's rule between fields: an idle time needs a lowest of 0.
+    idle_floor = run(berth_console, "deploy", QWEN, "--min-copies", "1", "--max-copies", "2",
+                     "--idle-minutes", "5", "--no-wait")  # fmt: skip
+    assert idle_floor.returncode == 1 and "set min_copies to 0" in idle_floor.stderr
     assert not Deployment.objects.exists()  # nothing refused left anything behind
 
 

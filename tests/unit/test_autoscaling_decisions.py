@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from deployments.autoscaling import Load, Pending, Policy, PolicyRefused, decide, parse
+from deployments.waking import FIRST_WAKE_GUESS_S, expected_wait_s
 
 POLICY = Policy(min_copies=1, max_copies=8, target_in_flight=4, up_window_s=10, down_window_s=60)
 
@@ -98,7 +99,10 @@ def test_a_good_policy_is_read_with_its_defaults():
         ({"min_copies": 1, "max_copies": 2, "target_ttft_ms": -5}, "autoscaling.target_ttft_ms", "above 0"),
         ({"min_copies": 1, "max_copies": 2, "up_window_s": -1}, "autoscaling.up_window_s", "from 0 to 86400"),
         ({"min_copies": 1, "max_copies": 2, "down_window_s": "5m"}, "autoscaling.down_window_s", "'5m'"),
-        ({"min_copies": 0, "max_copies": 2, "idle_minutes": 10}, "autoscaling.idle_minutes", "not available yet"),
+        ({"min_copies": 1, "max_copies": 2, "idle_minutes": 10}, "autoscaling.idle_minutes", "set min_copies to 0"),
+        ({"min_copies": 0, "max_copies": 2, "idle_minutes": 0}, "autoscaling.idle_minutes", "from 1 to 10080"),
+        ({"min_copies": 0, "max_copies": 2, "idle_minutes": 10081}, "autoscaling.idle_minutes", "from 1 to 10080"),
+        ({"min_copies": 0, "max_copies": 2, "idle_minutes": "5"}, "autoscaling.idle_minutes", "'5' is not allowed"),
         ({"min_copies": 1, "max_copies": 2, "scale": 3}, "autoscaling.scale", "unknown"),
     ],
 )  # fmt: skip
@@ -107,3 +111,35 @@ def test_bad_policies_are_refused_naming_the_field(raw, field, words):
         parse(raw)
     assert refused.value.field == field
     assert words in refused.value.message
+
+
+IDLE_AFTER_10 = Policy(0, 4, idle_minutes=10)
+
+
+def test_no_request_for_the_idle_time_goes_to_zero_and_says_so():
+    quiet = Load(in_flight=0)
+    assert decide(IDLE_AFTER_10, quiet, 2, None, now=1000, idle_s=599).copies == 2
+    idle = decide(IDLE_AFTER_10, quiet, 2, None, now=1000, idle_s=600)
+    assert idle.copies == 0 and idle.pending is None
+    assert idle.why == "2 → 0 copies: no request for 10 min; idle until the next request wakes it"
+
+
+def test_a_request_in_flight_or_a_policy_that_cannot_idle_never_goes_to_zero():
+    busy = decide(IDLE_AFTER_10, Load(in_flight=1), 1, None, now=1000, idle_s=3600)
+    assert busy.copies == 1
+    never = Policy(0, 4)  # min 0 without an idle time: load alone keeps one copy
+    assert decide(never, Load(in_flight=0), 1, None, now=1000, idle_s=3600).copies == 1
+    assert not never.may_idle and IDLE_AFTER_10.may_idle
+
+
+def test_new_bounds_settle_the_copies_and_wake_an_idle_one_only_when_it_cannot_idle():
+    assert IDLE_AFTER_10.settle(0) == 0  # stays idle
+    assert Policy(0, 4).settle(0) == 1  # cannot idle: one copy
+    assert Policy(2, 4).settle(0) == 2
+    assert Policy(1, 3).settle(7) == 3
+
+
+def test_a_waking_client_is_told_the_last_cold_start_less_what_it_waited():
+    assert expected_wait_s(None, None, now=100) == FIRST_WAKE_GUESS_S
+    assert expected_wait_s(90.0, 40.0, now=100) == 30
+    assert expected_wait_s(0.0, 40.0, now=100) == 1  # overdue: try again very soon

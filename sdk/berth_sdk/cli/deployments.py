@@ -126,9 +126,10 @@ def say_deployment(out: Out, deployment: Deployment) -> None:
 def autoscaling_words(policy: Autoscaling | None) -> str:
     if policy is None:
         return "off (a fixed number of copies)"
+    idle = f"; idle after {policy.idle_minutes} min" if policy.idle_minutes else ""
     return (
         f"{policy.min_copies} to {policy.max_copies} copies, aiming at "
-        f"{policy.target_in_flight:g} requests in flight per copy"
+        f"{policy.target_in_flight:g} requests in flight per copy{idle}"
     )
 
 
@@ -201,6 +202,11 @@ def say_failure(out: Out, name: str, error: DeploymentFailedError) -> None:
     type=click.FloatRange(min=0, min_open=True),
     help="autoscale: requests in flight per copy to aim at (default 4)",
 )
+@click.option(
+    "--idle-minutes",
+    type=click.IntRange(1, 10080),
+    help="autoscale: with a lowest of 0, zero copies after this many minutes without a request",
+)
 @click.option("--no-wait", is_flag=True, help="return once the console has accepted it")
 @click.option(
     "--timeout",
@@ -224,6 +230,7 @@ def deploy(
     min_copies: int | None,
     max_copies: int | None,
     target: float | None,
+    idle_minutes: int | None,
     no_wait: bool,
     timeout: float,
 ) -> None:
@@ -241,7 +248,7 @@ def deploy(
         chat_name=chat_name,
         engine_settings=settings or None,
         name=name,
-        autoscaling=policy_of(min_copies, max_copies, target),
+        autoscaling=policy_of(min_copies, max_copies, target, idle_minutes),
     )
     deployment = client.serving.get_deployment(hosted.id)
     if not out.json:
@@ -274,16 +281,24 @@ def deploy(
 
 
 def policy_of(
-    min_copies: int | None, max_copies: int | None, target: float | None
+    min_copies: int | None,
+    max_copies: int | None,
+    target: float | None,
+    idle_minutes: int | None = None,
 ) -> Autoscaling | None:
     """--min-copies and --max-copies (both, or neither) ask for autoscaling."""
     if min_copies is None and max_copies is None:
-        if target is not None:
-            raise click.UsageError("--target needs --min-copies and --max-copies")
+        if target is not None or idle_minutes is not None:
+            raise click.UsageError("--target and --idle-minutes need --min-copies and --max-copies")
         return None
     if min_copies is None or max_copies is None:
         raise click.UsageError("autoscaling needs both --min-copies and --max-copies")
-    return Autoscaling(min_copies, max_copies, target if target is not None else 4.0)
+    return Autoscaling(
+        min_copies,
+        max_copies,
+        target if target is not None else 4.0,
+        idle_minutes=idle_minutes,
+    )
 
 
 @cli.command("ls")
@@ -379,6 +394,11 @@ def scale(app: App, name: str, copies: int, size: Decimal | None) -> None:
 )
 @click.option("--up-window", type=click.IntRange(0, 86400), help="seconds above before adding")
 @click.option("--down-window", type=click.IntRange(0, 86400), help="seconds below before removing")
+@click.option(
+    "--idle-minutes",
+    type=click.IntRange(1, 10080),
+    help="with a lowest of 0: go to zero copies after this many minutes without a request",
+)
 @click.option("--off", is_flag=True, help="stop autoscaling: keep the number it has now")
 @output_option
 @click.pass_obj
@@ -390,14 +410,16 @@ def autoscale(
     target: float | None,
     up_window: int | None,
     down_window: int | None,
+    idle_minutes: int | None,
     off: bool,
 ) -> None:
     """Let NAME scale itself between --min and --max copies, aiming at --target requests in
-    flight per copy; copies that serve keep serving. --off turns it off."""
+    flight per copy; copies that serve keep serving. With --min 0 and --idle-minutes it goes
+    to zero copies when idle and wakes on the next request. --off turns it off."""
     if off:
         policy = None
     else:
-        asked = policy_of(min_copies, max_copies, target)
+        asked = policy_of(min_copies, max_copies, target, idle_minutes)
         if asked is None:
             raise click.UsageError("give --min and --max, or --off")
         policy = replace(asked, up_window_s=up_window, down_window_s=down_window)
