@@ -20,6 +20,33 @@ def check_kubeconfig(text: str, namespace: str) -> str | None:
     return None if check.ok else check.message
 
 
+def check_ray(address: str, token: str) -> str | None:
+    """None when Berth can work with the Ray cluster at this dashboard address, else why not."""
+    from clusters.backends.ray import RayNotInstalled, check_cluster
+
+    try:
+        check = check_cluster(address, token)
+    except RayNotInstalled as missing:
+        return str(missing)
+    return None if check.ok else check.message
+
+
+def gpu_memory_problem(declared: Any) -> str | None:
+    """The GPU memory per accelerator type must be {"TYPE": GiB, …}."""
+    from clusters.backends.ray.dashboard import LARGEST_GPU_GIB
+
+    if not isinstance(declared, dict):
+        return 'give an object of accelerator type to GiB, e.g. {"H100": 80}'
+    for kind, gib in declared.items():
+        number = isinstance(gib, int | float) and not isinstance(gib, bool)
+        if not kind.strip() or not number or not 0 < gib <= LARGEST_GPU_GIB:
+            return (
+                f"{kind!r}: {gib!r} is not a GPU memory: a number of GiB above 0, at most "
+                f"{LARGEST_GPU_GIB}"
+            )
+    return None
+
+
 class WriteOnlyTextarea(forms.Textarea):
     """Never renders a value back, not even what was just submitted with an error."""
 
@@ -40,6 +67,16 @@ class ClusterAdminForm(forms.ModelForm):
         ),
     )
 
+    ray_token = forms.CharField(
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "off"}),
+        required=False,
+        strip=True,
+        help_text=(
+            "A Ray cluster that requires a token: paste it to replace the stored one; leave "
+            "empty to keep it. Never shown back."
+        ),
+    )
+
     class Meta:
         model = Cluster
         fields = [
@@ -47,6 +84,8 @@ class ClusterAdminForm(forms.ModelForm):
             "description",
             "kind",
             "topology",
+            "address",
+            "gpu_memory_gib",
             "namespace",
             "engine_image",
             "engine_version",
@@ -56,6 +95,8 @@ class ClusterAdminForm(forms.ModelForm):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
+        if data.get("kind") == ClusterKind.RAY:
+            self.clean_ray(data)
         if data.get("kind") != ClusterKind.KUBERNETES:
             return data
         text = data.get("kubeconfig") or ""
@@ -67,10 +108,28 @@ class ClusterAdminForm(forms.ModelForm):
                 self.add_error("kubeconfig", problem)
         return data
 
+    def clean_ray(self, data: dict[str, Any]) -> None:
+        """Connects before saving: the versions must match and the dashboard must answer."""
+        problem = gpu_memory_problem(data.get("gpu_memory_gib") or {})
+        if problem:
+            self.add_error("gpu_memory_gib", problem)
+        address = (data.get("address") or "").strip()
+        if not address:
+            self.add_error(
+                "address", "A Ray cluster needs its dashboard's address, e.g. http://HEAD:8265."
+            )
+            return
+        token = data.get("ray_token") or (self.instance.ray_token() if self.instance.pk else "")
+        problem = check_ray(address, token)
+        if problem:
+            self.add_error("address", problem)
+
     def save(self, commit: bool = True) -> Cluster:
         cluster = super().save(commit=False)
         if self.cleaned_data.get("kubeconfig"):
             cluster.set_kubeconfig(self.cleaned_data["kubeconfig"])
+        if self.cleaned_data.get("ray_token"):
+            cluster.set_ray_token(self.cleaned_data["ray_token"])
         if commit:
             cluster.save()
         return cluster
@@ -90,15 +149,20 @@ def test_connection_action(
     from clusters.backends.kubernetes import test_connection
 
     for cluster in queryset:
-        if cluster.kind != ClusterKind.KUBERNETES:
+        if cluster.kind == ClusterKind.RAY:
+            problem = check_ray(cluster.address, cluster.ray_token())
+            ok, words = problem is None, problem or "Connected to the Ray cluster."
+        elif cluster.kind == ClusterKind.KUBERNETES:
+            check = test_connection(cluster.kubeconfig(), cluster.namespace)
+            ok, words = check.ok, check.message
+        else:
             modeladmin.message_user(
-                request, f"{cluster}: not a Kubernetes cluster; nothing to test."
+                request, f"{cluster}: neither a Kubernetes nor a Ray cluster; nothing to test."
             )
             continue
-        check = test_connection(cluster.kubeconfig(), cluster.namespace)
-        audit.record(request.user, audit.CLUSTER_CHECKED, f"cluster {cluster}", check.message)
-        level = messages.SUCCESS if check.ok else messages.ERROR
-        modeladmin.message_user(request, f"{cluster}: {check.message}", level)
+        audit.record(request.user, audit.CLUSTER_CHECKED, f"cluster {cluster}", words)
+        level = messages.SUCCESS if ok else messages.ERROR
+        modeladmin.message_user(request, f"{cluster}: {words}", level)
 
 
 @admin.action(description="Refresh machines and GPUs now")
@@ -118,7 +182,14 @@ class ClusterAdmin(admin.ModelAdmin):
     list_display = ["name", "kind", "topology", "state", "sharing_strategy", "last_seen"]
     list_filter = ["kind", "state", "sharing_strategy"]
     search_fields = ["name", "description"]
-    readonly_fields = ["state", "notices", "discovery_message", "last_seen", "has_kubeconfig"]
+    readonly_fields = [
+        "state",
+        "notices",
+        "discovery_message",
+        "last_seen",
+        "has_kubeconfig",
+        "has_ray_token",
+    ]
     inlines = [MachineInline]
     actions = [test_connection_action, refresh_action]
 

@@ -13,6 +13,7 @@ class ClusterKind(models.TextChoices):
     SIMULATOR = "simulator", "Simulated"
     STANDALONE = "standalone", "Standalone (this machine)"
     KUBERNETES = "kubernetes", "Kubernetes"
+    RAY = "ray", "Ray"
 
 
 class Topology(models.TextChoices):
@@ -66,6 +67,11 @@ class Cluster(models.Model):
     topology = models.CharField(max_length=24, choices=Topology.choices, default=Topology.MANAGED)
     kubeconfig_encrypted = models.TextField(blank=True, editable=False)
     namespace = models.CharField(max_length=63, blank=True, default="berth")
+    # A Ray cluster: its dashboard's address, its token (encrypted, never shown back) and the
+    # GPU memory per accelerator type, in GiB, where Ray does not tell it.
+    address = models.CharField(max_length=200, blank=True)
+    ray_token_encrypted = models.TextField(blank=True, editable=False)
+    gpu_memory_gib = models.JSONField(default=dict, blank=True)
     engine_image = models.CharField(max_length=200, blank=True, default="vllm/vllm-openai")
     engine_version = models.CharField(max_length=40, blank=True)
     sharing_strategy = models.CharField(
@@ -103,6 +109,26 @@ class Cluster(models.Model):
     @property
     def has_kubeconfig(self) -> bool:
         return bool(self.kubeconfig_encrypted)
+
+    def set_ray_token(self, token: str) -> None:
+        self.ray_token_encrypted = crypto.encrypt(token) if token else ""
+
+    def ray_token(self) -> str:
+        return crypto.decrypt(self.ray_token_encrypted) if self.ray_token_encrypted else ""
+
+    @property
+    def has_ray_token(self) -> bool:
+        return bool(self.ray_token_encrypted)
+
+    @property
+    def runs_no_copies_yet(self) -> str:
+        """Why no copy can be hosted on this cluster whatever fits ("" when copies can be)."""
+        if self.kind == ClusterKind.RAY:
+            return (
+                "Berth reads a Ray cluster's nodes and GPUs but does not run copies on Ray yet: "
+                "choose another cluster"
+            )
+        return ""
 
 
 class Machine(models.Model):

@@ -67,6 +67,10 @@ def make_backend(cluster: Cluster) -> ClusterBackend:
             cpu_reserve_bytes=reserve,
             engine_sockets=True,  # only the console and the gateway reach an engine
         )
+    if cluster.kind == ClusterKind.RAY:
+        from clusters.backends.ray.backend import RayBackend
+
+        return RayBackend(cluster.address, cluster.ray_token(), cluster.gpu_memory_gib or {})
     from clusters.backends.kubernetes import KubernetesBackend
 
     image = f"{cluster.engine_image}:{cluster.engine_version or 'latest'}"
@@ -75,7 +79,14 @@ def make_backend(cluster: Cluster) -> ClusterBackend:
 
 def backend_for(cluster: Cluster) -> ClusterBackend:
     """The cluster's backend, made once per process and per version of the cluster's data."""
-    key = (cluster.pk, repr(cluster.simulated_inventory) + cluster.kubeconfig_encrypted)
+    key = (
+        cluster.pk,
+        repr(cluster.simulated_inventory)
+        + cluster.kubeconfig_encrypted
+        + cluster.address
+        + cluster.ray_token_encrypted
+        + repr(cluster.gpu_memory_gib),
+    )
     with _lock:
         if key not in _backends:
             _backends[key] = make_backend(cluster)

@@ -1,0 +1,239 @@
+"""A Ray cluster as its dashboard tells it, read with Ray's own client (ray.util.state) and the
+dashboard's HTTP API: never by parsing `ray status` text.
+
+The address is the dashboard's (http://HEAD:8265): Ray's state and log APIs live there. A
+cluster that requires a token gets it as `Authorization: Bearer …` on every request, never on a
+command line or in a record.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from clusters.backends.base import (
+    NOTICE_PARTIAL_DISCOVERY,
+    DiscoveredAccelerator,
+    DiscoveredMachine,
+    Discovery,
+)
+
+GIB = 1 << 30
+ACCELERATOR_TYPE = "accelerator_type:"  # Ray's resource naming a node's GPU model
+RAY_VERSION = "2.60.0"  # the version berth[ray] installs
+INSTALL = (
+    'Ray clusters need Ray in the console\'s environment: pip install "berth[ray]" '
+    f"(Ray {RAY_VERSION}), then restart the console."
+)
+LARGEST_GPU_GIB = 1024
+
+
+class RayNotInstalled(RuntimeError):
+    def __init__(self) -> None:
+        super().__init__(INSTALL)
+
+
+@dataclass(frozen=True)
+class RayCheck:
+    """Whether Berth can work with the Ray cluster at an address, and what it found there."""
+
+    ok: bool
+    message: str
+    ray_version: str = ""
+    python_version: str = ""
+    nodes: int = 0
+
+
+def local_ray_version() -> str:
+    try:
+        import ray
+    except ImportError as missing:
+        raise RayNotInstalled() from missing
+    return str(ray.__version__)
+
+
+def address_problem(address: str) -> str | None:
+    """None for a dashboard address Berth can use, else what is wrong with it."""
+    parts = urlsplit(address)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return (
+            f"{address!r} is not a Ray dashboard address: give http://HEAD:8265 (the dashboard "
+            "serves Ray's state and log APIs, which Berth reads)"
+        )
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        return f"{address!r}: give only the scheme, host and port, e.g. http://HEAD:8265"
+    return None
+
+
+def headers(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def cluster_metadata(address: str, token: str, timeout: float) -> dict[str, Any]:
+    """The cluster's Ray and Python versions, as its dashboard reports them."""
+    url = f"{address.rstrip('/')}/api/v0/cluster_metadata"
+    reply = httpx.get(url, headers=headers(token), timeout=timeout)
+    if reply.status_code in (401, 403):
+        raise PermissionError(
+            "the Ray cluster refused the token: give the cluster's token (RAY_AUTH_TOKEN on "
+            "its side)"
+            if token
+            else "the Ray cluster requires a token: give one"
+        )
+    reply.raise_for_status()
+    data: dict[str, Any] = reply.json().get("data") or {}
+    return data
+
+
+def version_mismatch(cluster_ray: str, cluster_python: str) -> str | None:
+    """Ray's client and the cluster must run the same Ray, and the same Python minor version."""
+    here_ray = local_ray_version()
+    here_python = ".".join(map(str, sys.version_info[:2]))
+    if cluster_ray != here_ray:
+        return (
+            f"the cluster runs Ray {cluster_ray} and this console Ray {here_ray}: Ray's client "
+            f"needs the same version on both sides. Run Ray {here_ray} on the cluster, or "
+            f"install ray=={cluster_ray} beside the console"
+        )
+    if ".".join(cluster_python.split(".")[:2]) != here_python:
+        return (
+            f"the cluster runs Python {cluster_python} and this console Python {here_python}: "
+            "Ray needs the same Python minor version on both sides"
+        )
+    return None
+
+
+def alive_nodes(address: str, token: str, timeout: float) -> list[Any]:
+    from ray.util.state.api import StateApiClient
+    from ray.util.state.common import ListApiOptions, StateResource
+
+    client = StateApiClient(
+        address=address, headers={"Content-Type": "application/json", **headers(token)}
+    )
+    options = ListApiOptions(detail=True, timeout=int(max(timeout, 1)))
+    nodes = client.list(StateResource.NODES, options=options, raise_on_missing_output=False)
+    return [node for node in nodes if node.state == "ALIVE"]
+
+
+def check_cluster(address: str, token: str = "", timeout: float = 10) -> RayCheck:
+    """Connect, read the versions (a mismatch is refused), list the nodes."""
+    local_ray_version()  # RayNotInstalled, said as such by the caller
+    problem = address_problem(address)
+    if problem:
+        return RayCheck(False, problem)
+    try:
+        metadata = cluster_metadata(address, token, timeout)
+        nodes = alive_nodes(address, token, timeout)
+    except PermissionError as refused:
+        return RayCheck(False, str(refused))
+    except Exception as error:  # unreachable, not a dashboard, a broken reply: said as it is
+        return RayCheck(
+            False,
+            f"cannot read the Ray dashboard at {address}: {error}. Give the dashboard's "
+            "address (http://HEAD:8265) and make sure the console can reach it",
+        )
+    cluster_ray = str(metadata.get("rayVersion", "?"))
+    cluster_python = str(metadata.get("pythonVersion", "?"))
+    mismatch = version_mismatch(cluster_ray, cluster_python)
+    if mismatch:
+        return RayCheck(False, mismatch, cluster_ray, cluster_python, len(nodes))
+    gpus = sum(gpu_count(node) for node in nodes)
+    return RayCheck(
+        True,
+        f"Connected: Ray {cluster_ray} on Python {cluster_python}, {len(nodes)} nodes alive "
+        f"with {gpus} GPUs.",
+        cluster_ray,
+        cluster_python,
+        len(nodes),
+    )
+
+
+def gpu_count(node: Any) -> int:
+    return int((node.resources_total or {}).get("GPU", 0))
+
+
+def accelerator_type(node: Any) -> str:
+    names = [k for k in (node.resources_total or {}) if k.startswith(ACCELERATOR_TYPE)]
+    return names[0][len(ACCELERATOR_TYPE) :] if names else ""
+
+
+def machine_name(node: Any) -> str:
+    """Unique within the cluster (several nodes may share an address) and stable while the
+    node lives: its address and the start of Ray's node id."""
+    return f"{node.node_ip}-{node.node_id[:8]}"
+
+
+def discover(address: str, token: str, gpu_memory_gib: Mapping[str, float]) -> Discovery:
+    """The alive nodes that have GPUs, each GPU's memory from the admin's declaration for its
+    accelerator type: a node whose GPU memory is not known receives no placement, and the
+    message says which type to declare."""
+    try:
+        nodes = alive_nodes(address, token, timeout=10)
+    except Exception as error:
+        return Discovery((), message=f"Ray's dashboard at {address}: {error}", reachable=False)
+    machines, unknown = [], set()
+    for node in nodes:
+        gpus = gpu_count(node)
+        if not gpus:
+            continue  # the head, CPU-only nodes: no GPU to place on
+        kind = accelerator_type(node)
+        memory = gpu_memory_gib.get(kind)
+        if memory is None:
+            unknown.add(kind or "(none declared by the node)")
+        machines.append(machine_of(node, gpus, kind, memory))
+    message = f"{len(machines)} Ray nodes with GPUs."
+    notices: tuple[str, ...] = ()
+    if unknown:
+        notices = (NOTICE_PARTIAL_DISCOVERY,)
+        message += (
+            f" GPU memory unknown for accelerator type {', '.join(sorted(unknown))}: those "
+            "nodes get no copies. Declare it per type (admin, or addcluster --gpu-memory TYPE=GiB)."
+        )
+    return Discovery(tuple(machines), notices, message)
+
+
+def machine_of(node: Any, gpus: int, kind: str, memory_gib: float | None) -> DiscoveredMachine:
+    resources = node.resources_total or {}
+    memory_bytes = int(memory_gib * GIB) if memory_gib else 0
+    accelerators = tuple(
+        DiscoveredAccelerator(
+            index=index,
+            vendor="nvidia",
+            product=kind or "unknown",
+            memory_bytes=memory_bytes,
+            uuid=f"ray-{node.node_id[:16]}-{index}",
+            sharing_class="shared",
+        )
+        for index in range(gpus)
+    )
+    return DiscoveredMachine(
+        name=machine_name(node),
+        labels=dict(node.labels or {}),
+        cpu_count=int(resources.get("CPU", 0)),
+        system_memory_bytes=int(resources.get("memory", 0)),
+        accelerators=accelerators,
+        capacity_known=memory_gib is not None,
+    )
+
+
+def parse_gpu_memory(pairs: list[str]) -> dict[str, float]:
+    """TYPE=GiB pairs (the addcluster option), refused in words when malformed."""
+    declared: dict[str, float] = {}
+    for pair in pairs:
+        kind, sep, gib = pair.partition("=")
+        try:
+            value = float(gib)
+        except ValueError:
+            value = -1.0
+        if not sep or not kind.strip() or not 0 < value <= LARGEST_GPU_GIB:
+            raise ValueError(
+                f"{pair!r} is not TYPE=GiB: give the accelerator type as Ray names it and the "
+                f"GPU memory in GiB (above 0, at most {LARGEST_GPU_GIB}), e.g. H100=80"
+            )
+        declared[kind.strip()] = value
+    return declared
