@@ -5,6 +5,7 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from clusters.backends.ray.dashboard import RayCheck
 from clusters.models import Accelerator, Cluster, ClusterKind, Machine
 from console import audit
 
@@ -20,15 +21,14 @@ def check_kubeconfig(text: str, namespace: str) -> str | None:
     return None if check.ok else check.message
 
 
-def check_ray(address: str, token: str) -> str | None:
-    """None when Berth can work with the Ray cluster at this dashboard address, else why not."""
+def check_ray(address: str, token: str) -> RayCheck:
+    """Whether Berth can work with the Ray cluster at this address, and its dashboard's."""
     from clusters.backends.ray import RayNotInstalled, check_cluster
 
     try:
-        check = check_cluster(address, token)
+        return check_cluster(address, token)
     except RayNotInstalled as missing:
-        return str(missing)
-    return None if check.ok else check.message
+        return RayCheck(False, str(missing))
 
 
 def gpu_memory_problem(declared: Any) -> str | None:
@@ -86,6 +86,7 @@ class ClusterAdminForm(forms.ModelForm):
             "topology",
             "address",
             "gpu_memory_gib",
+            "simulated_engines",
             "namespace",
             "engine_image",
             "engine_version",
@@ -115,14 +116,13 @@ class ClusterAdminForm(forms.ModelForm):
             self.add_error("gpu_memory_gib", problem)
         address = (data.get("address") or "").strip()
         if not address:
-            self.add_error(
-                "address", "A Ray cluster needs its dashboard's address, e.g. http://HEAD:8265."
-            )
+            self.add_error("address", "A Ray cluster needs its address, e.g. HEAD:6379.")
             return
         token = data.get("ray_token") or (self.instance.ray_token() if self.instance.pk else "")
-        problem = check_ray(address, token)
-        if problem:
-            self.add_error("address", problem)
+        check = check_ray(address, token)
+        if not check.ok:
+            self.add_error("address", check.message)
+        self.dashboard_url = check.dashboard_url
 
     def save(self, commit: bool = True) -> Cluster:
         cluster = super().save(commit=False)
@@ -130,6 +130,8 @@ class ClusterAdminForm(forms.ModelForm):
             cluster.set_kubeconfig(self.cleaned_data["kubeconfig"])
         if self.cleaned_data.get("ray_token"):
             cluster.set_ray_token(self.cleaned_data["ray_token"])
+        if getattr(self, "dashboard_url", ""):
+            cluster.dashboard_url = self.dashboard_url
         if commit:
             cluster.save()
         return cluster
@@ -150,8 +152,8 @@ def test_connection_action(
 
     for cluster in queryset:
         if cluster.kind == ClusterKind.RAY:
-            problem = check_ray(cluster.address, cluster.ray_token())
-            ok, words = problem is None, problem or "Connected to the Ray cluster."
+            ray_check = check_ray(cluster.address, cluster.ray_token())
+            ok, words = ray_check.ok, ray_check.message
         elif cluster.kind == ClusterKind.KUBERNETES:
             check = test_connection(cluster.kubeconfig(), cluster.namespace)
             ok, words = check.ok, check.message
@@ -189,6 +191,7 @@ class ClusterAdmin(admin.ModelAdmin):
         "last_seen",
         "has_kubeconfig",
         "has_ray_token",
+        "dashboard_url",
     ]
     inlines = [MachineInline]
     actions = [test_connection_action, refresh_action]

@@ -67,11 +67,16 @@ class Cluster(models.Model):
     topology = models.CharField(max_length=24, choices=Topology.choices, default=Topology.MANAGED)
     kubeconfig_encrypted = models.TextField(blank=True, editable=False)
     namespace = models.CharField(max_length=63, blank=True, default="berth")
-    # A Ray cluster: its dashboard's address, its token (encrypted, never shown back) and the
-    # GPU memory per accelerator type, in GiB, where Ray does not tell it.
+    # A Ray cluster: its address (as ray.init takes it), its dashboard's (found when checked),
+    # its token (encrypted, never shown back), the GPU memory per accelerator type in GiB
+    # (Ray does not tell it), and whether its copies run the engine simulator (demos, tests).
     address = models.CharField(max_length=200, blank=True)
+    dashboard_url = models.CharField(max_length=200, blank=True, editable=False)
     ray_token_encrypted = models.TextField(blank=True, editable=False)
     gpu_memory_gib = models.JSONField(default=dict, blank=True)
+    simulated_engines = models.BooleanField(
+        default=False, help_text="Ray: run the engine simulator instead of vLLM (demos, tests)"
+    )
     engine_image = models.CharField(max_length=200, blank=True, default="vllm/vllm-openai")
     engine_version = models.CharField(max_length=40, blank=True)
     sharing_strategy = models.CharField(
@@ -119,16 +124,6 @@ class Cluster(models.Model):
     @property
     def has_ray_token(self) -> bool:
         return bool(self.ray_token_encrypted)
-
-    @property
-    def runs_no_copies_yet(self) -> str:
-        """Why no copy can be hosted on this cluster whatever fits ("" when copies can be)."""
-        if self.kind == ClusterKind.RAY:
-            return (
-                "Berth reads a Ray cluster's nodes and GPUs but does not run copies on Ray yet: "
-                "choose another cluster"
-            )
-        return ""
 
 
 class Machine(models.Model):

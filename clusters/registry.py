@@ -68,9 +68,18 @@ def make_backend(cluster: Cluster) -> ClusterBackend:
             engine_sockets=True,  # only the console and the gateway reach an engine
         )
     if cluster.kind == ClusterKind.RAY:
-        from clusters.backends.ray.backend import RayBackend
+        from clusters.backends.ray.backend import RayBackend, RayCluster
 
-        return RayBackend(cluster.address, cluster.ray_token(), cluster.gpu_memory_gib or {})
+        return RayBackend(
+            RayCluster(
+                cluster.address,
+                cluster.dashboard_url,
+                cluster.gpu_memory_gib or {},
+                state_dir(cluster),
+                cluster.simulated_engines,
+                cluster.ray_token(),
+            )
+        )
     from clusters.backends.kubernetes import KubernetesBackend
 
     image = f"{cluster.engine_image}:{cluster.engine_version or 'latest'}"
@@ -84,6 +93,8 @@ def backend_for(cluster: Cluster) -> ClusterBackend:
         repr(cluster.simulated_inventory)
         + cluster.kubeconfig_encrypted
         + cluster.address
+        + cluster.dashboard_url
+        + str(cluster.simulated_engines)
         + cluster.ray_token_encrypted
         + repr(cluster.gpu_memory_gib),
     )

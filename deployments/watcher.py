@@ -21,6 +21,7 @@ from django.db import close_old_connections, connection
 from django.utils import timezone
 from psycopg.conninfo import make_conninfo
 
+from clusters import ray_driver
 from clusters.backends.base import ENGINE_GONE, MetricSample, Observation
 from clusters.models import Cluster
 from clusters.registry import backend_for
@@ -122,6 +123,10 @@ def stopped_running(copy: Copy, seen: Observation) -> None:
 
 
 def apply(copy: Copy, seen: Observation) -> None:
+    if seen.port and seen.port != copy.port and copy.state in COPY_ENGINE_STARTED:
+        # Where it listens is known once it runs (a Ray copy's relay picks its port there).
+        Copy.objects.filter(pk=copy.pk).update(port=seen.port)
+        copy.port = seen.port
     if seen.status == "ready" and copy.state == CopyState.STARTING:
         became_ready(copy)
     elif seen.status in ENGINE_GONE:
@@ -204,8 +209,12 @@ async def watch_cluster(cluster_id: int, stop: asyncio.Event) -> None:
     log.info("watching cluster %s", cluster_id)
     follower = LogFollower()
     next_look = next_scrape = 0.0
+    driver = await asyncio.to_thread(ray_driver.start_if_ray, cluster_id)
     try:
         while not stop.is_set():
+            if driver is not None and driver.poll() is not None:
+                log.warning("the Ray driver of cluster %s ended; starting it again", cluster_id)
+                driver = await asyncio.to_thread(ray_driver.start_if_ray, cluster_id)
             # Logs are followed often (lines should reach the pages fast); the backend is
             # asked about the copies' health less often (each look is a request per copy).
             looking = time.monotonic() >= next_look
@@ -227,6 +236,7 @@ async def watch_cluster(cluster_id: int, stop: asyncio.Event) -> None:
             except TimeoutError:
                 pass
     finally:
+        await asyncio.to_thread(ray_driver.stop, driver)
         await lock_connection.close()
 
 

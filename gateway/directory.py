@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from django.conf import settings
 
 from clusters.backends.kubernetes.manifests import DEFAULT_PORT, object_name
+from clusters.backends.ray.dashboard import node_address
 from clusters.models import ClusterKind
 from deployments.choices import DEPLOYMENT_ACTIVE, DEPLOYMENT_RUNNING, CopyState, DeploymentState
 from deployments.launching import served_name
@@ -113,9 +114,12 @@ class Table:
 
 
 def upstream_url(copy: Copy) -> str:
-    """Where a copy listens: on this machine for local and simulated engines, or at its
-    Service inside the cluster (the console must then run in that cluster)."""
+    """Where a copy listens: on this machine for local and simulated engines, at its Service
+    inside a Kubernetes cluster (the console must then run in that cluster), at its node's
+    address on Ray."""
     cluster = copy.deployment.cluster
+    if cluster.kind == ClusterKind.RAY and copy.machine_id:
+        return f"http://{node_address(copy.machine.name)}:{copy.port}"  # its actor's relay
     if cluster.kind == ClusterKind.KUBERNETES:
         host = f"{object_name(copy.deployment.name, copy.ordinal)}.{cluster.namespace}.svc"
         return f"http://{host}:{copy.port or DEFAULT_PORT}"
@@ -147,7 +151,7 @@ def load_table(keys: KeyBox) -> Table:
     ready = list(
         # A draining copy takes no new request: it is leaving (deployments/lifecycle.py).
         Copy.objects.filter(state=CopyState.READY, port__isnull=False, draining_since=None)
-        .select_related("deployment__cluster")
+        .select_related("deployment__cluster", "machine")
         .order_by("deployment_id", "ordinal")
     )
     keys.keep_only(ready)

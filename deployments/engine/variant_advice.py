@@ -99,8 +99,6 @@ def runs_on(variant: Variant, hardware: Hardware) -> bool:
 def why_it_cannot_run(variant: Variant, cluster: Cluster) -> str:
     """Why the variant's engine or number format cannot run on the cluster's accelerators at
     all (no size or room would help); "" when it can."""
-    if cluster.runs_no_copies_yet:
-        return f"{cluster.name}: {cluster.runs_no_copies_yet}"
     hardware = hardware_of(cluster)
     if runs_on(variant, hardware):
         return ""

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from berth_sdk import BerthClient
@@ -43,3 +46,41 @@ def berth_console(tmp_path, bob) -> Iterator[Console]:
         console_server(BERTH_GATEWAY_URL=f"{gateway}/v1") as url,
     ):
         yield Console(url, key, gateway)
+
+
+# --- a real Ray cluster -----------------------------------------------------------------
+
+H100_NODE = {"num_cpus": 1, "num_gpus": 2, "resources": {"accelerator_type:H100": 1},
+             "labels": {"zone": "a"}}  # fmt: skip
+A100_NODE = {"num_cpus": 1, "num_gpus": 4, "resources": {"accelerator_type:A100": 1}}
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class RayUnderTest:
+    def __init__(self, cluster: Any, dashboard: str, a100: object) -> None:
+        self.cluster, self.dashboard, self.a100 = cluster, dashboard, a100
+        self.address: str = cluster.address  # the head's, as ray.init takes it
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(tmp_path_factory) -> Iterator[RayUnderTest]:
+    """A head (no GPUs, the dashboard) and two GPU nodes; started once for this module."""
+    from ray.cluster_utils import Cluster as LocalRay
+
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    port = free_port()
+    head = {"num_cpus": 1, "include_dashboard": True, "dashboard_port": port,
+            "temp_dir": str(tmp_path_factory.mktemp("ray"))}  # fmt: skip
+    local = LocalRay(initialize_head=True, head_node_args=head)
+    try:
+        local.add_node(**H100_NODE)
+        a100 = local.add_node(**A100_NODE)
+        local.wait_for_nodes()
+        yield RayUnderTest(local, f"http://127.0.0.1:{port}", a100)
+    finally:
+        local.shutdown()

@@ -3,13 +3,9 @@ with its dashboard and two GPU nodes declaring their GPUs and accelerator types)
 terminal or the admin's form only after Berth connected and read the versions, its nodes
 discovered with their GPUs, a GPU type whose memory nobody declared placing nothing (and saying
 which type to declare), a node that dies becoming not ready; bad input refused in words with
-nothing saved; hosting there refused in words, since copies do not run on Ray yet."""
+nothing saved; copies hosted there are tests/integration/test_ray_copies.py's."""
 
 from __future__ import annotations
-
-import os
-import socket
-from collections.abc import Iterator
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -18,45 +14,9 @@ from clusters.admin import ClusterAdminForm
 from clusters.backends.ray.dashboard import version_mismatch
 from clusters.inventory import refresh
 from clusters.models import Cluster, ClusterState
-from deployments import actions
-from tests.integration.test_lifecycle import host
 from tests.processes import wait_for
 
 pytestmark = pytest.mark.timeout(240)
-
-H100_NODE = {"num_cpus": 1, "num_gpus": 2, "resources": {"accelerator_type:H100": 1},
-             "labels": {"zone": "a"}}  # fmt: skip
-A100_NODE = {"num_cpus": 1, "num_gpus": 4, "resources": {"accelerator_type:A100": 1}}
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-class RayUnderTest:
-    def __init__(self, cluster: object, dashboard: str, a100: object) -> None:
-        self.cluster, self.dashboard, self.a100 = cluster, dashboard, a100
-
-
-@pytest.fixture(scope="module")
-def ray_cluster(tmp_path_factory) -> Iterator[RayUnderTest]:
-    """A head (no GPUs, the dashboard) and two GPU nodes; started once for this module."""
-    from ray.cluster_utils import Cluster as LocalRay
-
-    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-    port = free_port()
-    head = {"num_cpus": 1, "include_dashboard": True, "dashboard_port": port,
-            "temp_dir": str(tmp_path_factory.mktemp("ray"))}  # fmt: skip
-    local = LocalRay(initialize_head=True, head_node_args=head)
-    try:
-        local.add_node(**H100_NODE)
-        a100 = local.add_node(**A100_NODE)
-        local.wait_for_nodes()
-        yield RayUnderTest(local, f"http://127.0.0.1:{port}", a100)
-    finally:
-        local.shutdown()
 
 
 def add(name: str, *options: str) -> Cluster:
@@ -68,7 +28,7 @@ def add(name: str, *options: str) -> Cluster:
 def test_added_from_a_terminal_its_nodes_are_discovered_and_undeclared_memory_places_nothing(
     ray_cluster,
 ):
-    cluster = add("ray", "--address", ray_cluster.dashboard, "--gpu-memory", "H100=80")
+    cluster = add("ray", "--address", ray_cluster.address, "--gpu-memory", "H100=80")
     cluster.refresh_from_db()
     machines = {m.labels.get("zone", "none"): m for m in cluster.machines.all()}
     assert len(machines) == 2  # the head has no GPU: nothing to place on
@@ -95,22 +55,13 @@ def test_added_from_a_terminal_its_nodes_are_discovered_and_undeclared_memory_pl
     assert Cluster.objects.get(pk=cluster.pk).machines.filter(ready=True).count() == 2
 
 
-@pytest.mark.django_db
-def test_hosting_on_a_ray_cluster_is_refused_in_words(ray_cluster, bob, red):
-    call_command("load_catalog")
-    cluster = add("ray-host", "--address", ray_cluster.dashboard, "--gpu-memory", "H100=80")
-    with pytest.raises(actions.ActionRefused) as refused:
-        host(bob, red, cluster, "on-ray")
-    assert "does not run copies on Ray yet: choose another cluster" in str(refused.value)
-
-
 @pytest.mark.parametrize(
     "options,words",
     [
-        (["--address", "http://127.0.0.1:1"], "cannot read the Ray dashboard at http://127.0.0.1:1"),
-        (["--address", "127.0.0.1:8265"], "is not a Ray dashboard address: give http://HEAD:8265"),
-        (["--address", "http://h:8265/api"], "give only the scheme, host and port"),
-        ([], "A Ray cluster needs its dashboard's address"),
+        (["--address", "127.0.0.1:1"], "nothing answers at 127.0.0.1:1"),
+        (["--address", "http://127.0.0.1:8265"], "is not a Ray address: give the head's address"),
+        (["--address", "head"], "is not a Ray address"),
+        ([], "A Ray cluster needs its address"),
         (["--address", "http://h:1", "--gpu-memory", "H100=lots"], "'H100=lots' is not TYPE=GiB"),
         (["--address", "http://h:1", "--gpu-memory", "H100=0"], "above 0, at most 1024"),
         (["--address", "http://h:1", "--kubeconfig", "k.yaml"], "--kubeconfig is for --kind kubernetes only"),
@@ -128,19 +79,20 @@ def test_bad_input_is_refused_in_words_and_nothing_is_saved(options, words):
 
 @pytest.mark.django_db
 def test_the_admin_form_checks_the_cluster_and_keeps_the_token_write_only(ray_cluster):
-    bad = ClusterAdminForm(data={**form_fields(), "address": "http://127.0.0.1:1"})
+    bad = ClusterAdminForm(data={**form_fields(), "address": "127.0.0.1:1"})
     assert not bad.is_valid()
-    assert "cannot read the Ray dashboard" in bad.errors["address"][0]
+    assert "nothing answers at 127.0.0.1:1" in bad.errors["address"][0]
     declared = ClusterAdminForm(data={**form_fields(), "gpu_memory_gib": '{"H100": -1}'})
     assert not declared.is_valid()
     assert "is not a GPU memory" in declared.errors["gpu_memory_gib"][0]
     # A cluster without token auth takes a token it ignores; it is kept encrypted, never shown.
-    good = ClusterAdminForm(data={**form_fields(), "address": ray_cluster.dashboard,
+    good = ClusterAdminForm(data={**form_fields(), "address": ray_cluster.address,
                                   "ray_token": "not-shown-back"})  # fmt: skip
     assert good.is_valid(), good.errors
     saved = good.save()
     assert saved.has_ray_token and "not-shown-back" not in saved.ray_token_encrypted
     assert saved.ray_token() == "not-shown-back"
+    assert saved.dashboard_url == ray_cluster.dashboard  # found when connecting
     assert "not-shown-back" not in ClusterAdminForm(instance=saved).as_p()
 
 
@@ -155,7 +107,7 @@ def test_a_version_mismatch_is_refused_with_both_versions():
 @pytest.mark.django_db
 def test_a_node_that_dies_becomes_not_ready(ray_cluster):
     # Last in this module: the node does not come back.
-    cluster = add("ray-dies", "--address", ray_cluster.dashboard, "--gpu-memory", "H100=80",
+    cluster = add("ray-dies", "--address", ray_cluster.address, "--gpu-memory", "H100=80",
                   "--gpu-memory", "A100=40")  # fmt: skip
     assert cluster.machines.filter(ready=True).count() == 2
     ray_cluster.cluster.remove_node(ray_cluster.a100)

@@ -1,11 +1,24 @@
-"""The Ray cluster backend: discovery from Ray's state API. Copies do not run on Ray yet
-(Cluster.runs_no_copies_yet refuses hosting before any of the methods below would be asked),
-so there is never a copy of Berth's on a Ray cluster to launch, observe or stop."""
+"""The Ray cluster backend: Berth places, Ray runs.
+
+Discovery reads Ray's state API through the dashboard. Everything that needs a Ray connection
+(launch, stop, observe, logs) is asked of the cluster's driver process over its Unix socket
+(clusters/backends/ray/driver.py; the watcher holding the cluster's lock runs it), because Ray
+connects a process to one cluster. A copy is an actor in a placement group of its own, pinned to
+the planned node; its engine listens on the node's loopback and the actor relays to it, on the
+node's address, checking the engine key.
+"""
 
 from __future__ import annotations
 
+import json
+import socket
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
 
 from clusters.backends.base import (
     BackendError,
@@ -20,42 +33,223 @@ from clusters.backends.base import (
     Progress,
     RunningEngine,
 )
-from clusters.backends.ray.dashboard import discover
+from clusters.backends.local import parse_metrics
+from clusters.backends.logparse import LineState, parse_lines
+from clusters.backends.ray.dashboard import (
+    accelerator_type,
+    alive_nodes,
+    discover,
+    machine_name,
+    node_address,
+)
 
-NOT_YET = "Berth does not run copies on Ray clusters yet"
+DRIVER_SOCKET = "ray-driver.sock"
+NO_ROOM = (
+    "Ray has not found room for it yet: another deployment, or work outside Berth, may be "
+    "using the accelerators it needs"
+)
+
+
+@dataclass(frozen=True)
+class RayCluster:
+    """What the backend needs of a Ray cluster's row (no Django here)."""
+
+    address: str
+    dashboard_url: str
+    gpu_memory_gib: Mapping[str, float]
+    state_dir: Path
+    simulated_engines: bool = False
+    token: str = field(default="", repr=False)
+
+
+def actor_name(spec_or_handle: CopySpec | CopyHandle, deployment: str = "") -> str:
+    """Named after the deployment and ordinal, and the copy (names are unique in Berth's
+    namespace; a copy id is never used twice)."""
+    if isinstance(spec_or_handle, CopySpec):
+        spec = spec_or_handle
+        return f"{spec.deployment_name}-{spec.ordinal}-copy{spec.copy_id}"
+    return spec_or_handle.pod_name
 
 
 class RayBackend:
-    def __init__(self, address: str, token: str, gpu_memory_gib: Mapping[str, float]) -> None:
-        self.address = address
-        self._token = token  # never in a repr or a record
-        self.gpu_memory_gib = dict(gpu_memory_gib)
+    def __init__(self, cluster: RayCluster) -> None:
+        self.cluster = cluster
+        self.log_seen: dict[int, tuple[str, int, LineState]] = {}
 
     def __repr__(self) -> str:
-        return f"RayBackend({self.address!r})"
+        return f"RayBackend({self.cluster.address!r})"
+
+    # ---------------------------------------------------------------- the driver
+
+    @property
+    def socket_path(self) -> Path:
+        return self.cluster.state_dir / DRIVER_SOCKET
+
+    def ask(self, op: str, timeout: float = 60, **arguments: Any) -> Any:
+        """One request to the cluster's driver; BackendError with its words when it fails."""
+        if not self.socket_path.exists():
+            raise BackendError(
+                "The Ray driver of this cluster is not running: the watcher starts it (is the "
+                "watcher running?)"
+            )
+        with socket.socket(socket.AF_UNIX) as connection:
+            connection.settimeout(timeout)
+            try:
+                connection.connect(str(self.socket_path))
+                stream = connection.makefile("rwb")
+                stream.write(json.dumps({"op": op, **arguments}).encode() + b"\n")
+                stream.flush()
+                answer = json.loads(stream.readline() or b"{}")
+            except (OSError, ValueError) as error:
+                raise BackendError(f"The Ray driver did not answer: {error}") from error
+        if not answer.get("ok"):
+            raise BackendError(f"Ray: {answer.get('error', 'no answer')}")
+        return answer["result"]
+
+    # ---------------------------------------------------------------- discovery and files
 
     def discover(self) -> Discovery:
-        return discover(self.address, self._token, self.gpu_memory_gib)
+        return discover(self.cluster.dashboard_url, self.cluster.token, self.cluster.gpu_memory_gib)
 
     def prepare_files(
         self, machine: str, files: ModelFiles, progress: Progress | None = None
     ) -> FilesResult:
-        raise BackendError(NOT_YET)
+        # A Ray node's engine fetches the model into its own cache as it starts.
+        return FilesResult(True, message="The engine fetches the files on its node.")
+
+    # ---------------------------------------------------------------- copies
 
     def launch(self, spec: CopySpec) -> CopyHandle:
-        raise BackendError(NOT_YET)
+        node = self.node_of(spec.machine)
+        argv, env = self.engine_command(spec, accelerator_type(node))
+        key = next(iter(spec.secret_env.values()), "")
+        name = actor_name(spec)
+        self.ask(
+            "launch",
+            name=name,
+            gpus=self.gpus_of(spec),
+            node_id=str(node.node_id),
+            argv=argv,
+            env=env,
+            cwd=str(Path.cwd()) if self.cluster.simulated_engines else None,
+            key=key,
+            secret_env=dict(spec.secret_env),
+        )
+        return CopyHandle(spec.copy_id, machine=spec.machine, pod_name=name)
+
+    @staticmethod
+    def gpus_of(spec: CopySpec) -> float:
+        """A share of one GPU, or n whole GPUs (tensor parallel)."""
+        if len(spec.gpu_indexes) > 1:
+            return float(len(spec.gpu_indexes))
+        return spec.memory_share if 0 < spec.memory_share < 1 else 1.0
+
+    def node_of(self, machine: str) -> Any:
+        for node in alive_nodes(self.cluster.dashboard_url, self.cluster.token, timeout=10):
+            if machine_name(node) == machine:
+                return node
+        raise BackendError(f"Ray reports no alive node {machine} now")
+
+    def engine_command(self, spec: CopySpec, gpu_type: str) -> tuple[list[str], dict[str, str]]:
+        """The argv and environment the actor starts: Berth's as rendered, or for a cluster that
+        runs the engine simulator (demos, tests), the simulator's for the same command line."""
+        if not self.cluster.simulated_engines:
+            return list(spec.argv), dict(spec.env)
+        from clusters.backends.simulator import engine_argv
+        from clusters.simulator.contract import build_env
+
+        declared = self.cluster.gpu_memory_gib.get(gpu_type, 80)
+        hardware = build_env(gpu_memory=int(declared * (1 << 30)), gpu_name=gpu_type or None)
+        return engine_argv(spec.argv), {"PYTHONPATH": str(Path.cwd()), **hardware, **spec.env}
 
     def stop(self, handle: CopyHandle) -> None:
-        raise BackendError(NOT_YET)
+        if handle.pod_name:
+            self.ask("stop", name=handle.pod_name, timeout=90)
 
     def running_engines(self, install_id: str) -> list[RunningEngine]:
-        return []  # none of Berth's: it starts none on Ray
+        return []  # Berth's actors are found by name when their copies are observed
 
     def observe(self, handles: Sequence[CopyHandle]) -> list[Observation]:
-        return [Observation(handle.copy_id, "gone", message=NOT_YET) for handle in handles]
+        named = [h for h in handles if h.pod_name]
+        if not named:
+            return []
+        seen = self.ask("observe", names=[h.pod_name for h in named])
+        return [observation(h, seen.get(h.pod_name) or {}) for h in named]
 
     def logs(self, handle: CopyHandle, since: datetime | None) -> list[LogRecord]:
-        return []
+        """The engine's lines Ray kept for the actor, those not read before, oldest first."""
+        if not handle.pod_name:
+            return []
+        found = self.ask("logs", name=handle.pod_name)
+        actor, lines = found.get("actor_id", ""), found.get("lines", [])
+        seen_actor, count, state = self.log_seen.get(
+            handle.copy_id, ("", 0, LineState(last_at=datetime.now(UTC)))
+        )
+        if actor != seen_actor or len(lines) < count:
+            count = 0  # a restarted actor writes a log of its own
+        parsed, state = parse_lines(lines[count:], state)
+        self.log_seen[handle.copy_id] = (actor, len(lines), state)
+        return [
+            LogRecord(handle.copy_id, "engine", line.level, line.at, line.text, handle.machine)
+            for line in parsed
+        ]
 
     def metrics(self, handle: CopyHandle) -> list[MetricSample]:
-        return []
+        if not handle.port or not handle.machine:
+            return []
+        url = f"http://{node_address(handle.machine)}:{handle.port}/metrics"
+        headers = {"Authorization": f"Bearer {handle.api_key}"} if handle.api_key else {}
+        try:
+            reply = httpx.get(url, headers=headers, timeout=2)
+        except httpx.HTTPError:
+            return []
+        return parse_metrics(reply.text) if reply.status_code == 200 else []
+
+
+def observation(handle: CopyHandle, seen: dict[str, Any]) -> Observation:
+    """What Ray and the engine say of one copy, in the console's words."""
+    copy_id, actor = handle.copy_id, seen.get("actor")
+    if seen.get("scheduling") == "INFEASIBLE":
+        return Observation(
+            copy_id,
+            "unschedulable",
+            reason="Infeasible",
+            message="Ray can never place it: no node has the GPUs it asks for "
+            f"({seen.get('required') or 'see the placement group'})",
+        )
+    if seen.get("group") == "PENDING" or actor in (None, "PENDING_CREATION"):
+        if seen.get("group") is None and actor is None:
+            return Observation(copy_id, "gone", message="Ray has no actor of this copy")
+        return Observation(copy_id, "waiting", reason="NoResources", message=NO_ROOM)
+    if actor == "DEAD":
+        return Observation(
+            copy_id, "exited", reason="ActorDied", message=death_words(seen.get("death_cause"))
+        )
+    if actor == "RESTARTING":
+        return Observation(
+            copy_id,
+            "starting",
+            reason="Restarting",
+            message=f"A start failed: the engine exited; Ray is trying again "
+            f"(restart {seen.get('restarts', 0) + 1})",
+        )
+    status = seen.get("status") or {}
+    ready = actor == "ALIVE" and status.get("healthy")
+    return Observation(
+        copy_id,
+        "ready" if ready else "starting",
+        pid=status.get("pid"),
+        port=status.get("relay_port"),
+        gpu_uuids=tuple(
+            f"ray-{str(status.get('node_id', ''))[:16]}-{gpu}" for gpu in status.get("gpu_ids", [])
+        ),
+    )
+
+
+def death_words(cause: Any) -> str:
+    text = str(cause or "")
+    if "RAY_KILL" in text:
+        return "Stopped by Ray (ray.kill)."
+    if "exited" in text.lower() or "exit" in text.lower():
+        return "The engine exited and Ray gave up restarting it."
+    return f"Ray reports the copy dead: {text[:300]}" if text else "Ray reports the copy dead."

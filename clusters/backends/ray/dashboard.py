@@ -1,18 +1,21 @@
-"""A Ray cluster as its dashboard tells it, read with Ray's own client (ray.util.state) and the
-dashboard's HTTP API: never by parsing `ray status` text.
-
-The address is the dashboard's (http://HEAD:8265): Ray's state and log APIs live there. A
-cluster that requires a token gets it as `Authorization: Bearer …` on every request, never on a
-command line or in a record.
+"""A Ray cluster as Ray tells it: connected to as Ray's drivers connect (the address ray.init
+takes), then read through its dashboard with Ray's own client (ray.util.state) and the
+dashboard's HTTP API, never by parsing `ray status` text. A cluster that requires a token gets
+it as RAY_AUTH_TOKEN in a driver's environment and `Authorization: Bearer …` over HTTP, never
+on a command line or in a record.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import socket
+import subprocess
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 
@@ -23,6 +26,7 @@ from clusters.backends.base import (
     Discovery,
 )
 
+PROJECT_ROOT = Path(__file__).resolve().parents[3]
 GIB = 1 << 30
 ACCELERATOR_TYPE = "accelerator_type:"  # Ray's resource naming a node's GPU model
 RAY_VERSION = "2.60.0"  # the version berth[ray] installs
@@ -31,6 +35,26 @@ INSTALL = (
     f"(Ray {RAY_VERSION}), then restart the console."
 )
 LARGEST_GPU_GIB = 1024
+# What a GPU can run (bf16, fp8…) follows its compute capability, which Ray does not report:
+# known from the accelerator types Ray names (ray.util.accelerators), by the start of the name.
+COMPUTE_CAPABILITY = {
+    "B200": "10.0",
+    "H200": "9.0",
+    "H100": "9.0",
+    "H20": "9.0",
+    "GH200": "9.0",
+    "L40S": "8.9",
+    "L40": "8.9",
+    "L4": "8.9",
+    "A100": "8.0",
+    "A800": "8.0",
+    "A10G": "8.6",
+    "A40": "8.6",
+    "A30": "8.0",
+    "A10": "8.6",
+    "T4": "7.5",
+    "V100": "7.0",
+}
 
 
 class RayNotInstalled(RuntimeError):
@@ -47,6 +71,7 @@ class RayCheck:
     ray_version: str = ""
     python_version: str = ""
     nodes: int = 0
+    dashboard_url: str = ""
 
 
 def local_ray_version() -> str:
@@ -58,15 +83,14 @@ def local_ray_version() -> str:
 
 
 def address_problem(address: str) -> str | None:
-    """None for a dashboard address Berth can use, else what is wrong with it."""
-    parts = urlsplit(address)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    """None for a Ray address Berth can connect to (as ray.init takes it), else what is wrong."""
+    text = address.removeprefix("ray://")
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or "/" in text or " " in text:
         return (
-            f"{address!r} is not a Ray dashboard address: give http://HEAD:8265 (the dashboard "
-            "serves Ray's state and log APIs, which Berth reads)"
+            f"{address!r} is not a Ray address: give the head's address as ray.init takes it, "
+            "HEAD:6379 (or ray://HEAD:10001 for Ray Client)"
         )
-    if parts.path not in ("", "/") or parts.query or parts.fragment:
-        return f"{address!r}: give only the scheme, host and port, e.g. http://HEAD:8265"
     return None
 
 
@@ -120,23 +144,59 @@ def alive_nodes(address: str, token: str, timeout: float) -> list[Any]:
     return [node for node in nodes if node.state == "ALIVE"]
 
 
-def check_cluster(address: str, token: str = "", timeout: float = 10) -> RayCheck:
-    """Connect, read the versions (a mismatch is refused), list the nodes."""
+def nothing_answers(address: str) -> str | None:
+    """Ray's own connect waits minutes for a head that is not there: a quick look first."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=3).close()
+    except OSError as error:
+        return f"nothing answers at {address}: {error.strerror or error}. Is the head running?"
+    return None
+
+
+def probe(address: str, token: str, timeout: float) -> dict[str, Any]:
+    """Connect as Ray's drivers do, in a process of its own (Ray binds a process to one
+    cluster): the versions, the dashboard's address, the nodes; or Ray's words why not."""
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    if token:
+        env["RAY_AUTH_TOKEN"] = token  # in the environment, never on the command line
+    argv = [sys.executable, "-m", "clusters.backends.ray.driver", "probe", address]
+    try:
+        done = subprocess.run(
+            argv, env=env, capture_output=True, text=True, timeout=timeout, cwd=PROJECT_ROOT
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": f"no answer within {timeout:g} s"}
+    lines = done.stdout.strip().splitlines()
+    try:
+        return dict(json.loads(lines[-1]))
+    except (IndexError, ValueError):
+        return {"error": (done.stderr.strip().splitlines() or ["no answer"])[-1]}
+
+
+def check_cluster(address: str, token: str = "", timeout: float = 60) -> RayCheck:
+    """Connect, read the versions (a mismatch is refused), list the nodes, find the dashboard
+    (Ray's state and log APIs, which Berth reads)."""
     local_ray_version()  # RayNotInstalled, said as such by the caller
     problem = address_problem(address)
     if problem:
         return RayCheck(False, problem)
+    unreachable = nothing_answers(address)
+    if unreachable:
+        return RayCheck(False, unreachable)
+    found = probe(address, token, timeout)
+    if "error" in found:
+        return RayCheck(False, f"cannot connect to the Ray cluster at {address}: {found['error']}")
+    dashboard = str(found.get("dashboard_url") or "")
+    if not dashboard:
+        return RayCheck(False, "the Ray cluster runs no dashboard: start it with the dashboard")
     try:
-        metadata = cluster_metadata(address, token, timeout)
-        nodes = alive_nodes(address, token, timeout)
+        metadata = cluster_metadata(dashboard, token, timeout=10)
+        nodes = alive_nodes(dashboard, token, timeout=10)
     except PermissionError as refused:
         return RayCheck(False, str(refused))
-    except Exception as error:  # unreachable, not a dashboard, a broken reply: said as it is
-        return RayCheck(
-            False,
-            f"cannot read the Ray dashboard at {address}: {error}. Give the dashboard's "
-            "address (http://HEAD:8265) and make sure the console can reach it",
-        )
+    except Exception as error:  # reachable by Ray's protocol, not over HTTP: said as it is
+        return RayCheck(False, f"cannot read the Ray dashboard at {dashboard}: {error}")
     cluster_ray = str(metadata.get("rayVersion", "?"))
     cluster_python = str(metadata.get("pythonVersion", "?"))
     mismatch = version_mismatch(cluster_ray, cluster_python)
@@ -150,6 +210,7 @@ def check_cluster(address: str, token: str = "", timeout: float = 10) -> RayChec
         cluster_ray,
         cluster_python,
         len(nodes),
+        dashboard,
     )
 
 
@@ -166,6 +227,11 @@ def machine_name(node: Any) -> str:
     """Unique within the cluster (several nodes may share an address) and stable while the
     node lives: its address and the start of Ray's node id."""
     return f"{node.node_ip}-{node.node_id[:8]}"
+
+
+def node_address(machine: str) -> str:
+    """The node's address, from its machine name (machine_name): where its copies listen."""
+    return machine.rsplit("-", 1)[0]
 
 
 def discover(address: str, token: str, gpu_memory_gib: Mapping[str, float]) -> Discovery:
@@ -207,6 +273,7 @@ def machine_of(node: Any, gpus: int, kind: str, memory_gib: float | None) -> Dis
             product=kind or "unknown",
             memory_bytes=memory_bytes,
             uuid=f"ray-{node.node_id[:16]}-{index}",
+            compute_capability=compute_capability(kind),
             sharing_class="shared",
         )
         for index in range(gpus)
@@ -219,6 +286,12 @@ def machine_of(node: Any, gpus: int, kind: str, memory_gib: float | None) -> Dis
         accelerators=accelerators,
         capacity_known=memory_gib is not None,
     )
+
+
+def compute_capability(kind: str) -> str:
+    """The longest known name the type starts with (A100-80G is an A100, L40S not an L4)."""
+    known = [name for name in COMPUTE_CAPABILITY if kind.upper().startswith(name)]
+    return COMPUTE_CAPABILITY[max(known, key=len)] if known else ""
 
 
 def parse_gpu_memory(pairs: list[str]) -> dict[str, float]:

@@ -62,6 +62,7 @@ def only_for(options: dict[str, Any], kind: str) -> None:
     meant = {
         "address": ClusterKind.RAY,
         "gpu_memory": ClusterKind.RAY,
+        "simulated_engines": ClusterKind.RAY,
         "token_file": ClusterKind.RAY,
         "token_env": ClusterKind.RAY,
         "kubeconfig": ClusterKind.KUBERNETES,
@@ -76,7 +77,7 @@ def only_for(options: dict[str, Any], kind: str) -> None:
 
 class Command(BaseCommand):
     help = (
-        "Add a cluster: --kind ray --address http://HEAD:8265 [--gpu-memory TYPE=GiB …] "
+        "Add a cluster: --kind ray --address HEAD:6379 [--gpu-memory TYPE=GiB …] "
         "[--token-file F | --token-env VAR]; --kind kubernetes --kubeconfig FILE "
         "[--namespace NS]; --kind standalone; --kind simulator --spec FILE. Checked as the "
         "admin's form checks it; exit code 1 on refusal."
@@ -87,7 +88,12 @@ class Command(BaseCommand):
         parser.add_argument("--kind", required=True, choices=ClusterKind.values)
         parser.add_argument("--description", default="")
         parser.add_argument("--sharing", choices=SharingStrategy.values, default=None)
-        parser.add_argument("--address", help="Ray: the dashboard's address, http://HEAD:8265")
+        parser.add_argument("--address", help="Ray: the head's address as ray.init takes it")
+        parser.add_argument(
+            "--simulated-engines",
+            action="store_true",
+            help="Ray: copies run the engine simulator instead of vLLM (demos, tests)",
+        )
         parser.add_argument(
             "--gpu-memory",
             action="append",
@@ -131,6 +137,7 @@ class Command(BaseCommand):
             data["address"] = options["address"] or ""
             data["gpu_memory_gib"] = json.dumps(gpu_memory(options["gpu_memory"]))
             data["ray_token"] = token(options)
+            data["simulated_engines"] = "on" if options["simulated_engines"] else ""
         if kind == ClusterKind.KUBERNETES:
             if not options["kubeconfig"]:
                 raise CommandError("--kind kubernetes needs --kubeconfig FILE")

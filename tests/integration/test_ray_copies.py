@@ -1,0 +1,118 @@
+"""Copies on a Ray cluster, with the real processes (worker, beat, the watcher that runs the
+cluster's Ray driver, the gateway) and a real Ray cluster of two GPU nodes whose copies run the
+engine simulator: shares of a GPU and a two-GPU copy go DEPLOYED as Ray actors on the nodes
+Berth planned, chat reaches them through the gateway (their relays refuse a request without
+the engine key), their engine lines arrive, and a stop ends the actors and gives the room back.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import httpx
+import pytest
+from django.core.management import call_command
+
+from clusters.models import Cluster
+from console.models import ApiKey
+from deployments.choices import DeploymentState
+from deployments.models import Copy, LogLine, Reservation
+from tests.integration.test_lifecycle import host, reached
+from tests.processes import console_processes, gateway_server, wait_for
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(300)]
+
+FAST = {"BERTH_RECONCILE_EVERY_S": "1", "BERTH_GATEWAY_REFRESH_S": "0.2"}
+SETTINGS = {"max_model_len": 4096}
+
+
+def ray_actors(dashboard: str) -> dict[str, object]:
+    """Berth's actors as Ray lists them: name → the actor."""
+    from ray.util.state import list_actors
+
+    found = list_actors(address=dashboard, filters=[("ray_namespace", "=", "berth")],
+                        detail=True, raise_on_missing_output=False)  # fmt: skip
+    by_name: dict[str, object] = {}
+    for actor in found:
+        if actor.state == "ALIVE" or actor.name not in by_name:
+            by_name[actor.name] = actor
+    return by_name
+
+
+def described(deployment) -> str:
+    """Where a deployment stands, for a failure's message."""
+    from deployments.models import Deployment
+
+    now = Deployment.objects.get(pk=deployment.pk)
+    copies = [
+        f"{c.ordinal}: {c.state} {c.pending_reason} {c.last_error_code} {c.last_error_message}"
+        for c in now.copies.all()
+    ]
+    events = list(now.events.values_list("message", flat=True))
+    return f"{now.state}: {now.last_message}; copies: {copies}; events: {events}"
+
+
+def test_copies_run_as_actors_on_the_planned_nodes_serve_through_the_gateway_and_stop(
+    ray_cluster, tmp_path, bob, red
+):
+    call_command("load_catalog")
+    call_command("addcluster", "ray", "--kind", "ray", "--address", ray_cluster.address,
+                 "--gpu-memory", "H100=80", "--gpu-memory", "A100=40",
+                 "--simulated-engines")  # fmt: skip
+    cluster = Cluster.objects.get(name="ray")
+    key = ApiKey.issue(bob, "ray")[1]
+    with console_processes(tmp_path, **FAST), gateway_server(**FAST) as gateway:
+        halves = host(bob, red, cluster, "halves", copies=2, engine_settings=SETTINGS,
+                      accelerators_per_copy=Decimal("0.5"), chat_name="on-ray")  # fmt: skip
+        pair = host(bob, red, cluster, "pair", accelerators_per_copy=2, engine_settings=SETTINGS)
+        for deployment in (halves, pair):
+            try:
+                wait_for(reached(deployment, DeploymentState.DEPLOYED), 60, every=0.5,
+                         what=f"{deployment.name} DEPLOYED")  # fmt: skip
+            except AssertionError as late:
+                raise AssertionError(f"{late}: {described(deployment)}") from None
+
+        # Each copy is an actor of its own, alive on the node Berth planned.
+        actors = ray_actors(ray_cluster.dashboard)
+        copies = list(Copy.objects.filter(deployment__cluster=cluster).select_related("machine"))
+        assert len(copies) == 3
+        for copy in copies:
+            actor = actors[copy.pod_name]
+            assert actor.state == "ALIVE"
+            assert actor.node_id == copy.machine.labels["ray.io/node-id"]
+            assert copy.port  # its relay, on the node's address
+        assert {
+            c.machine.accelerators.first().product for c in copies if c.deployment_id == pair.pk
+        } in (
+            {"H100"},
+            {"A100"},
+        )
+
+        # Chat through the gateway; the relay itself wants the engine key.
+        reply = httpx.post(
+            f"{gateway}/v1/chat/completions",
+            json={"model": "on-ray", "messages": [{"role": "user", "content": "Hi"}],
+                  "max_tokens": 8},
+            headers={"Authorization": f"Bearer {key}"},
+            timeout=60,
+        )  # fmt: skip
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["choices"][0]["message"]["content"]
+        one = copies[0]
+        host_address = one.machine.name.rsplit("-", 1)[0]
+        bare = httpx.get(f"http://{host_address}:{one.port}/metrics", timeout=10)
+        assert bare.status_code == 401
+        wait_for(lambda: LogLine.objects.filter(copy=one, stream="engine").exists(), 60,
+                 what="the engine's lines from Ray")  # fmt: skip
+
+        # Stop: the actors end, the room is given back.
+        from deployments import actions
+
+        for deployment in (halves, pair):
+            actions.stop(bob, deployment)
+        for deployment in (halves, pair):
+            wait_for(reached(deployment, DeploymentState.STOPPED), 120, every=0.5,
+                     what=f"{deployment.name} STOPPED")  # fmt: skip
+        after = ray_actors(ray_cluster.dashboard)
+        assert all(after[c.pod_name].state == "DEAD" for c in copies)
+        assert not Reservation.objects.filter(machine__cluster=cluster).exists()
