@@ -88,7 +88,11 @@ def failure_of(copy: Copy, seen: Observation) -> Failure:
 def became_ready(copy: Copy) -> None:
     machine = copy.machine.name if copy.machine_id else "its machine"
     moved = transitions.move_copy_if_in(
-        copy.pk, {CopyState.STARTING}, CopyState.READY, message=f"Serves on {machine}."
+        copy.pk,
+        {CopyState.STARTING},
+        CopyState.READY,
+        message=f"Serves on {machine}.",
+        pending_reason="",
     )
     if moved is None:
         return
@@ -122,6 +126,10 @@ def stopped_running(copy: Copy, seen: Observation) -> None:
     lifecycle.fail_copy(copy, failure)
 
 
+# What a backend says of an engine that is not serving yet, and why.
+SAID_WHILE_STARTING = frozenset({"unschedulable", "waiting"})
+
+
 def apply(copy: Copy, seen: Observation) -> None:
     if seen.port and seen.port != copy.port and copy.state in COPY_ENGINE_STARTED:
         # Where it listens is known once it runs (a Ray copy's relay picks its port there).
@@ -131,8 +139,11 @@ def apply(copy: Copy, seen: Observation) -> None:
         became_ready(copy)
     elif seen.status in ENGINE_GONE:
         stopped_running(copy, seen)
-    elif seen.status == "unschedulable" and copy.state == CopyState.STARTING:
+    elif seen.status in SAID_WHILE_STARTING and copy.state in COPY_ENGINE_STARTED:
+        # Not placed by the platform yet, or being restarted by it: said on the copy.
         Copy.objects.filter(pk=copy.pk).update(pending_reason=seen.message or seen.reason)
+    elif seen.status == "ready" and copy.pending_reason:
+        Copy.objects.filter(pk=copy.pk).update(pending_reason="")
 
 
 def follow_logs_once(cluster_id: int, follower: LogFollower) -> list[Copy]:

@@ -7,6 +7,9 @@ the engine key), their engine lines arrive, and a stop ends the actors and gives
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from decimal import Decimal
 
 import httpx
@@ -15,8 +18,9 @@ from django.core.management import call_command
 
 from clusters.models import Cluster
 from console.models import ApiKey
+from deployments import actions
 from deployments.choices import DeploymentState
-from deployments.models import Copy, LogLine, Reservation
+from deployments.models import Copy, Deployment, LogLine, Reservation
 from tests.integration.test_lifecycle import host, reached
 from tests.processes import console_processes, gateway_server, wait_for
 
@@ -41,8 +45,6 @@ def ray_actors(dashboard: str) -> dict[str, object]:
 
 def described(deployment) -> str:
     """Where a deployment stands, for a failure's message."""
-    from deployments.models import Deployment
-
     now = Deployment.objects.get(pk=deployment.pk)
     copies = [
         f"{c.ordinal}: {c.state} {c.pending_reason} {c.last_error_code} {c.last_error_message}"
@@ -104,10 +106,19 @@ def test_copies_run_as_actors_on_the_planned_nodes_serve_through_the_gateway_and
         assert bare.status_code == 401
         wait_for(lambda: LogLine.objects.filter(copy=one, stream="engine").exists(), 60,
                  what="the engine's lines from Ray")  # fmt: skip
+        serving = {c.pod_name: actors[c.pod_name].actor_id for c in copies}
+
+    # The console restarts (its driver with it): the actors live on and are taken up again.
+    with console_processes(tmp_path, **FAST), gateway_server(**FAST) as gateway:
+        time.sleep(3)  # a few looks of the new watcher, through its new driver
+        again = ray_actors(ray_cluster.dashboard)
+        assert {name: again[name].actor_id for name in serving} == serving  # not restarted
+        assert all(again[name].state == "ALIVE" for name in serving)
+        assert set(
+            Copy.objects.filter(deployment__cluster=cluster).values_list("state", flat=True)
+        ) == {"READY"}
 
         # Stop: the actors end, the room is given back.
-        from deployments import actions
-
         for deployment in (halves, pair):
             actions.stop(bob, deployment)
         for deployment in (halves, pair):
@@ -116,3 +127,46 @@ def test_copies_run_as_actors_on_the_planned_nodes_serve_through_the_gateway_and
         after = ray_actors(ray_cluster.dashboard)
         assert all(after[c.pod_name].state == "DEAD" for c in copies)
         assert not Reservation.objects.filter(machine__cluster=cluster).exists()
+
+
+HOG = """
+import sys, ray
+ray.init(address=sys.argv[1], namespace="outside", logging_level="WARNING")
+@ray.remote(num_gpus=2, num_cpus=0, resources={"accelerator_type:H100": 0.001})
+class Hog:
+    def ping(self):
+        return "held"
+hog = Hog.remote()
+print(ray.get(hog.ping.remote()), flush=True)
+sys.stdin.read()  # holds both H100 GPUs until the test closes this
+"""
+
+
+def test_a_copy_whose_room_ray_gave_elsewhere_waits_with_rays_reason_then_starts(
+    ray_cluster, tmp_path, bob, red
+):
+    call_command("load_catalog")
+    # Only the H100 node's memory is declared: Berth places on it alone.
+    call_command("addcluster", "ray-hog", "--kind", "ray", "--address", ray_cluster.address,
+                 "--gpu-memory", "H100=80", "--simulated-engines")  # fmt: skip
+    cluster = Cluster.objects.get(name="ray-hog")
+    hog = subprocess.Popen([sys.executable, "-c", HOG, ray_cluster.address],
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE)  # fmt: skip
+    try:
+        assert hog.stdout is not None and hog.stdout.readline().strip() == b"held"
+        with console_processes(tmp_path, **FAST):
+            late = host(bob, red, cluster, "late", engine_settings=SETTINGS)
+            wait_for(lambda: Copy.objects.filter(deployment=late, pending_reason__startswith=
+                     "Ray has not found room for it yet").exists(), 60,
+                     what="the copy waiting with Ray's reason")  # fmt: skip
+            assert Deployment.objects.get(pk=late.pk).state != DeploymentState.DEPLOYED
+            hog.stdin.close()  # the work outside Berth ends
+            hog.wait(30)
+            wait_for(reached(late, DeploymentState.DEPLOYED), 90, every=0.5,
+                     what="DEPLOYED once Ray had room")  # fmt: skip
+            assert Copy.objects.get(deployment=late).pending_reason == ""
+            actions.stop(bob, late)
+            wait_for(reached(late, DeploymentState.STOPPED), 90, every=0.5, what="STOPPED")
+    finally:
+        if hog.poll() is None:
+            hog.kill()

@@ -228,7 +228,7 @@ def observation(handle: CopyHandle, seen: dict[str, Any]) -> Observation:
     if actor == "RESTARTING":
         return Observation(
             copy_id,
-            "starting",
+            "waiting",
             reason="Restarting",
             message=f"A start failed: the engine exited; Ray is trying again "
             f"(restart {seen.get('restarts', 0) + 1})",
