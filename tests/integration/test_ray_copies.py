@@ -67,6 +67,9 @@ def test_copies_run_as_actors_on_the_planned_nodes_serve_through_the_gateway_and
         halves = host(bob, red, cluster, "halves", copies=2, engine_settings=SETTINGS,
                       accelerators_per_copy=Decimal("0.5"), chat_name="on-ray")  # fmt: skip
         pair = host(bob, red, cluster, "pair", accelerators_per_copy=2, engine_settings=SETTINGS)
+        # Bigger than any node (8 GPUs; the nodes have 2 and 4): Berth's plan refuses it,
+        # Ray is never asked.
+        huge = host(bob, red, cluster, "huge", accelerators_per_copy=8, engine_settings=SETTINGS)
         for deployment in (halves, pair):
             try:
                 wait_for(reached(deployment, DeploymentState.DEPLOYED), 60, every=0.5,
@@ -74,9 +77,13 @@ def test_copies_run_as_actors_on_the_planned_nodes_serve_through_the_gateway_and
             except AssertionError as late:
                 raise AssertionError(f"{late}: {described(deployment)}") from None
 
+        wait_for(reached(huge, DeploymentState.FAILED), 30, what="huge FAILED")
+        assert Deployment.objects.get(pk=huge.pk).last_error_code == "NoFitError"
+
         # Each copy is an actor of its own, alive on the node Berth planned.
         actors = ray_actors(ray_cluster.dashboard)
-        copies = list(Copy.objects.filter(deployment__cluster=cluster).select_related("machine"))
+        assert not [name for name in actors if name.startswith("huge-")]
+        copies = list(Copy.objects.filter(deployment__in=[halves, pair]).select_related("machine"))
         assert len(copies) == 3
         for copy in copies:
             actor = actors[copy.pod_name]
