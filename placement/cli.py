@@ -13,10 +13,12 @@ from typing import TextIO
 
 from placement.estimate import estimate_copy
 from placement.fit import plan
+from placement.repack import plan_with_moves
 from placement.scenario import (
     Json,
     ScenarioError,
     estimate_to_json,
+    repack_to_json,
     result_to_json,
     scenario_from_json,
 )
@@ -54,6 +56,8 @@ def run(command: str, data: object) -> Json:
             estimate_copy(request.model, request.engine, request.tensor_parallel)
         )
     assert scenario.inventory is not None  # scenario_from_json requires it for plan
+    if request.allow_moves:
+        return repack_to_json(plan_with_moves(scenario.inventory, request))
     return result_to_json(plan(scenario.inventory, request))
 
 

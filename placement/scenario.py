@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from placement.repack import Move, Repack
 from placement.types import (
     GIB,
     Accelerator,
@@ -275,7 +276,7 @@ def engine_from_json(value: object, path: str) -> EngineSettings:
     )
 
 
-REQUEST_FIELDS = ("model", "engine", "accelerators_per_copy", "copies")
+REQUEST_FIELDS = ("model", "engine", "accelerators_per_copy", "copies", "allow_moves")
 
 
 def request_from_json(value: object, path: str, policy: Policy) -> PlacementRequest:
@@ -284,7 +285,8 @@ def request_from_json(value: object, path: str, policy: Policy) -> PlacementRequ
     engine = engine_from_json(f.raw("engine"), f.at("engine"))
     size = f.number("accelerators_per_copy", above=0.0)
     copies = f.integer("copies", 0)
-    return build(path, PlacementRequest, model, engine, size, copies, policy)
+    moves = f.boolean("allow_moves", False)
+    return build(path, PlacementRequest, model, engine, size, copies, policy, moves)
 
 
 ACCELERATOR_FIELDS = (
@@ -347,8 +349,12 @@ def machine_from_json(value: object, path: str) -> Machine:
     return build(path, Machine, name, accelerators, system, unified)
 
 
+RESERVATION_FIELDS = ("machine", "accelerator", "gb", "share", "slice", "deployment", "copy",
+                      "movable")  # fmt: skip
+
+
 def reservation_from_json(value: object, path: str, machines: dict[str, Machine]) -> Reservation:
-    f = Fields(value, path, ("machine", "accelerator", "gb", "share", "slice"))
+    f = Fields(value, path, RESERVATION_FIELDS)
     name = f.string("machine")
     if name not in machines:
         raise ScenarioError(f.at("machine"), f"no machine is named {name!r}")
@@ -360,7 +366,15 @@ def reservation_from_json(value: object, path: str, machines: dict[str, Machine]
     if slice_name is not None:
         _check_slice(f.at("slice"), accelerator, slice_name)
     gb, share = f.gib_bytes("gb"), f.number("share", minimum=0.0)
-    return build(path, Reservation, name, index, gb, share, slice_name)
+    # Re-packing names the copy that holds the room, and may forbid moving it.
+    deployment = f.optional_string("deployment") or ""
+    copy = f.integer("copy", 1) if deployment else 0
+    if f.present("copy") and not deployment:
+        raise ScenarioError(f.at("copy"), "needs the deployment it is a copy of")
+    movable = f.boolean("movable", True)
+    return build(
+        path, Reservation, name, index, gb, share, slice_name, None, deployment, copy, movable
+    )
 
 
 def _check_slice(path: str, accelerator: Accelerator, slice_name: str) -> None:
@@ -438,6 +452,25 @@ def not_placed_to_json(item: NotPlaced) -> Json:
     return {"copy": item.copy, "reason": item.reason.value, "message": item.message}
 
 
+def move_to_json(move: Move) -> Json:
+    return {
+        "deployment": move.deployment,
+        "copy": move.copy,
+        "from": {"machine": move.from_machine, "accelerators": list(move.from_accelerators)},
+        "to": {"machine": move.to_machine, "accelerators": list(move.to_accelerators)},
+        "gb": in_gib(move.bytes),
+    }
+
+
+def repack_to_json(repack: Repack) -> Json:
+    """A plan that may move other copies first: `moves` in the order to run them."""
+    data = result_to_json(repack.result)
+    data["moves"] = [move_to_json(move) for move in repack.moves]
+    if not repack.found:
+        data["moves_message"] = repack.message
+    return data
+
+
 def result_to_json(result: PlanResult) -> Json:
     suggested = result.suggested_accelerators_per_copy
     return {
@@ -508,6 +541,23 @@ def accelerator_to_json(accelerator: Accelerator) -> Json:
     return _without_none(data)
 
 
+def reservation_to_json(reservation: Reservation) -> Json:
+    data = _without_none(
+        {
+            "machine": reservation.machine,
+            "accelerator": reservation.accelerator,
+            "gb": _exact_gib(reservation.bytes),
+            "share": reservation.share,
+            "slice": reservation.slice,
+        }
+    )
+    if reservation.deployment:  # the copy holding it, for re-packing
+        data.update(deployment=reservation.deployment, copy=reservation.copy)
+        if not reservation.movable:
+            data["movable"] = False
+    return data
+
+
 def inventory_to_json(inventory: Inventory) -> Json:
     machines = [
         {
@@ -518,32 +568,21 @@ def inventory_to_json(inventory: Inventory) -> Json:
         }
         for m in inventory.machines
     ]
-    reservations = [
-        _without_none(
-            {
-                "machine": r.machine,
-                "accelerator": r.accelerator,
-                "gb": _exact_gib(r.bytes),
-                "share": r.share,
-                "slice": r.slice,
-            }
-        )
-        for r in inventory.reservations
-    ]
+    reservations = [reservation_to_json(r) for r in inventory.reservations]
     return {"sharing": inventory.sharing.value, "machines": machines, "reservations": reservations}
 
 
 def scenario_to_json(scenario: Scenario) -> Json:
     request = scenario.request
-    data: Json = {
-        "policy": request.policy.value,
-        "request": {
-            "model": model_to_json(request.model),
-            "engine": engine_to_json(request.engine),
-            "accelerators_per_copy": size_json(request.accelerators_per_copy),
-            "copies": request.copies,
-        },
+    asked: Json = {
+        "model": model_to_json(request.model),
+        "engine": engine_to_json(request.engine),
+        "accelerators_per_copy": size_json(request.accelerators_per_copy),
+        "copies": request.copies,
     }
+    if request.allow_moves:
+        asked["allow_moves"] = True
+    data: Json = {"policy": request.policy.value, "request": asked}
     if scenario.inventory is not None:
         data["cluster"] = inventory_to_json(scenario.inventory)
     return data

@@ -196,6 +196,8 @@ class PlacementRequest:
     accelerators_per_copy: float = 1.0
     copies: int = 1
     policy: Policy = Policy.BINPACK
+    # When it does not fit now: look for moves of other copies after which it does.
+    allow_moves: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "policy", Policy(self.policy))
@@ -321,6 +323,10 @@ class Reservation:
     # A copy of less than one GPU that took a whole one (its cluster shares no GPU): the share it
     # asked for, which is all it would hold if the cluster shared GPUs.
     asked_share: float | None = None
+    # Which copy holds it, for re-packing (placement/repack.py): "" for room no move may touch.
+    deployment: str = ""
+    copy: int = 0
+    movable: bool = True
 
     def __post_init__(self) -> None:
         _check(self.bytes >= 0, "bytes", "must not be negative")

@@ -1,0 +1,172 @@
+"""Re-packing (placement/repack.py) on crafted fragmented clusters: the fewest moves, then the
+fewest bytes; an order when one is needed; none when none exists; copies that may not move stay;
+and no state along a plan over-commits a GPU (also as a property over random clusters)."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from placement_examples import QWEN3_0_6B, QWEN3_8B, cluster, h100_machine, request, reserve
+
+from placement import Inventory, Reservation, plan
+from placement.cli import main
+from placement.repack import over_committed, plan_with_moves, states_along
+from placement.scenario import scenario_to_json
+
+
+def held(
+    machine: str, index: int, share: float, deployment: str, movable: bool = True
+) -> Reservation:
+    return dataclasses.replace(reserve(machine, index, share), deployment=deployment, copy=1,
+                               movable=movable)  # fmt: skip
+
+
+def moved(repack) -> list[tuple[str, str, tuple[int, ...], str, tuple[int, ...]]]:
+    return [
+        (m.deployment, m.from_machine, m.from_accelerators, m.to_machine, m.to_accelerators)
+        for m in repack.moves
+    ]
+
+
+def never_over_committed(inventory: Inventory, repack) -> None:
+    for state in states_along(inventory, repack.moves):
+        assert over_committed(state) == [], state
+
+
+WHOLE_GPU = request(QWEN3_8B, 1.0)
+
+
+def test_two_half_used_gpus_make_one_whole_gpu_with_one_move() -> None:
+    inventory = cluster(h100_machine("m1", 2),
+                        reservations=(held("m1", 0, 0.5, "a"), held("m1", 1, 0.5, "b")))  # fmt: skip
+    assert plan(inventory, WHOLE_GPU).placed == ()  # it does not fit now
+    repack = plan_with_moves(inventory, WHOLE_GPU)
+    assert repack.found and len(repack.moves) == 1
+    assert moved(repack) == [("a", "m1", (0,), "m1", (1,))]  # equal bytes: the first by name
+    assert [(p.machine, p.accelerators) for p in repack.result.placed] == [("m1", (0,))]
+    never_over_committed(inventory, repack)
+
+
+def test_the_fewest_moves_win_over_a_gpu_that_needs_more() -> None:
+    # GPU 0 would need both its copies moved; GPU 1's single copy fits beside GPU 2's.
+    inventory = cluster(h100_machine("m1", 3), reservations=(
+        held("m1", 0, 0.3, "a"), held("m1", 0, 0.3, "b"), held("m1", 1, 0.4, "c"),
+        held("m1", 2, 0.5, "d")))  # fmt: skip
+    repack = plan_with_moves(inventory, WHOLE_GPU)
+    assert moved(repack) == [("c", "m1", (1,), "m1", (0,))]
+    never_over_committed(inventory, repack)
+
+
+def test_two_moves_when_no_single_move_frees_a_gpu() -> None:
+    inventory = cluster(h100_machine("m1", 3), reservations=(
+        held("m1", 0, 0.3, "a"), held("m1", 0, 0.3, "b"), held("m1", 1, 0.6, "c"),
+        held("m1", 2, 0.6, "d")))  # fmt: skip
+    repack = plan_with_moves(inventory, WHOLE_GPU)
+    assert repack.found and len(repack.moves) == 2
+    assert {m.deployment for m in repack.moves} == {"a", "b"}
+    never_over_committed(inventory, repack)
+
+
+def test_a_sequence_that_needs_an_order_gets_it_and_ties_go_to_the_fewest_bytes() -> None:
+    # Two GPUs of one machine for a tensor-parallel copy: three moves at least. The cheapest
+    # frees m1 (1.3 GPUs of copies moved: a, b, and c out of their way), not m2 (1.4): a joins
+    # c on m2 GPU 0, c moves on, then b takes its place; b cannot go before c has left.
+    inventory = cluster(h100_machine("m1", 2), h100_machine("m2", 2), reservations=(
+        held("m1", 0, 0.5, "a"), held("m1", 1, 0.5, "b"), held("m2", 0, 0.3, "c"),
+        held("m2", 1, 0.6, "x")))  # fmt: skip
+    repack = plan_with_moves(inventory, request(QWEN3_8B, 2.0))
+    assert repack.found and len(repack.moves) == 3
+    assert sorted(m.deployment for m in repack.moves) == ["a", "b", "c"]
+    assert sum(m.bytes for m in repack.moves) == sum(
+        r.bytes for r in inventory.reservations if r.deployment in "abc"
+    )
+    assert [(p.machine, p.accelerators) for p in repack.result.placed] == [("m1", (0, 1))]
+    never_over_committed(inventory, repack)
+
+
+def test_none_is_found_when_there_is_nowhere_to_move_and_it_says_so() -> None:
+    inventory = cluster(h100_machine("m1", 1), reservations=(held("m1", 0, 0.5, "a"),))
+    repack = plan_with_moves(inventory, WHOLE_GPU)
+    assert not repack.found and repack.moves == ()
+    assert repack.message == "No moves of at most 3 copies make it fit: none exists."
+    assert repack.result.not_placed  # the plan without moves, with its reason
+
+
+def test_a_copy_that_may_not_move_stays_and_another_moves_instead() -> None:
+    inventory = cluster(h100_machine("m1", 2), reservations=(
+        held("m1", 0, 0.5, "a", movable=False), held("m1", 1, 0.5, "b")))  # fmt: skip
+    repack = plan_with_moves(inventory, WHOLE_GPU)
+    assert moved(repack) == [("b", "m1", (1,), "m1", (0,))]
+    frozen = cluster(h100_machine("m1", 2), reservations=(
+        held("m1", 0, 0.5, "a", movable=False), held("m1", 1, 0.5, "b", movable=False)))  # fmt: skip
+    assert not plan_with_moves(frozen, WHOLE_GPU).found
+
+
+def test_room_that_names_no_copy_never_moves() -> None:
+    inventory = cluster(
+        h100_machine("m1", 2), reservations=(reserve("m1", 0, 0.5), reserve("m1", 1, 0.5))
+    )
+    assert not plan_with_moves(inventory, WHOLE_GPU).found
+
+
+SHARES = st.sampled_from([0.0, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6])
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.lists(SHARES, min_size=0, max_size=3), min_size=4, max_size=4))
+def test_no_state_along_any_plan_over_commits_and_the_end_fits(per_gpu: list[list[float]]) -> None:
+    reservations = []
+    for gpu, shares in enumerate(per_gpu):
+        room = 1.0
+        for n, share in enumerate(shares):
+            if 0 < share <= room + 1e-9:
+                reservations.append(held(f"m{gpu // 2}", gpu % 2, share, f"d{gpu}-{n}"))
+                room -= share
+    inventory = cluster(
+        h100_machine("m0", 2), h100_machine("m1", 2), reservations=tuple(reservations)
+    )
+    repack = plan_with_moves(inventory, request(QWEN3_0_6B, 1.0), budget_s=2)
+    if repack.found:
+        never_over_committed(inventory, repack)
+        assert len(repack.result.placed) == 1 and len(repack.moves) <= 3
+
+
+def test_the_command_line_answers_the_moves_in_order_and_refuses_bad_fields() -> None:
+    inventory = cluster(h100_machine("m1", 2),
+                        reservations=(held("m1", 0, 0.5, "a"), held("m1", 1, 0.5, "b")))  # fmt: skip
+    from placement.scenario import Scenario
+
+    data = scenario_to_json(Scenario(dataclasses.replace(WHOLE_GPU, allow_moves=True), inventory))
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["plan"], io.StringIO(json.dumps(data)), out, err) == 0, err.getvalue()
+    answer = json.loads(out.getvalue())
+    assert answer["moves"] == [{"deployment": "a", "copy": 1, "from": {"machine": "m1", "accelerators": [0]},
+                                "to": {"machine": "m1", "accelerators": [1]}, "gb": 39.6}]  # fmt: skip
+    assert [p["machine"] for p in answer["placed"]] == ["m1"]
+    without = json.loads(json.dumps(data))
+    without["request"].pop("allow_moves")
+    out = io.StringIO()
+    assert main(["plan"], io.StringIO(json.dumps(without)), out, io.StringIO()) == 0
+    assert "moves" not in json.loads(out.getvalue()) and json.loads(out.getvalue())["placed"] == []
+
+    for change, words in (
+        (
+            lambda d: d["request"].update(allow_moves="yes"),
+            "request.allow_moves: must be true or false",
+        ),
+        (lambda d: d["cluster"]["reservations"][0].pop("deployment"), "copy: needs the deployment"),
+        (
+            lambda d: d["cluster"]["reservations"][0].update(movable=1),
+            "movable: must be true or false",
+        ),
+        (lambda d: d["cluster"]["reservations"][0].update(copy=0), "copy: must be at least 1"),
+    ):
+        bad = json.loads(json.dumps(data))
+        change(bad)
+        err = io.StringIO()
+        assert main(["plan"], io.StringIO(json.dumps(bad)), io.StringIO(), err) == 2
+        assert words in err.getvalue(), err.getvalue()
