@@ -144,6 +144,8 @@ AUTOSCALE_EVERY_S = env_float("BERTH_AUTOSCALE_EVERY_S", 2.0, low=0.2, high=3600
 AUTOSCALE_UP_WINDOW_S = env_int("BERTH_AUTOSCALE_UP_WINDOW_S", 15, low=0, high=86400)
 AUTOSCALE_DOWN_WINDOW_S = env_int("BERTH_AUTOSCALE_DOWN_WINDOW_S", 300, low=0, high=86400)
 DRAIN_LIMIT_S = env_int("BERTH_DRAIN_LIMIT_S", 120, low=0, high=86400)
+# How long the fit check may look for moves that make room (placement/repack.py), in ms.
+REPACK_BUDGET_MS = env_int("BERTH_REPACK_BUDGET_MS", 200, low=10, high=60_000)
 CELERY_BEAT_SCHEDULE = {
     "reconcile": {"task": "deployments.tasks.reconcile", "schedule": float(RECONCILE_EVERY_S)},
     "autoscale": {

@@ -218,6 +218,7 @@ class HostRequest:
     reply_wait_s: Any = None
     revision: str = ""
     autoscaling: Any = None  # the API's object (deployments/autoscaling.py reads it)
+    movable: bool = True  # False: re-packing never moves its copies
 
 
 def host(actor: Any, request: HostRequest) -> Deployment:
@@ -232,6 +233,7 @@ def host(actor: Any, request: HostRequest) -> Deployment:
         "engine_settings": checked_settings(request.engine_settings, request.cluster),
         "chat_name": check_chat_name(request.chat_name, name),
         "reply_wait_s": parse_reply_wait(request.reply_wait_s),
+        "movable": request.movable is not False,
     }
     if request.variant.model_id != request.model.pk:
         raise ActionRefused(

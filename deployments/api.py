@@ -41,9 +41,11 @@ from deployments.api_input import (
 )
 from deployments.choices import CopyState
 from deployments.engine.settings import CATALOG as ENGINE_SETTINGS
+from deployments.fit_words import moves_words, size_text
 from deployments.forms import DeploymentFilter, LogFilter
 from deployments.models import Copy, Deployment, LogLine, Reservation
-from deployments.placing import estimate, fit_check, placement_request
+from deployments.placing import estimate, fit_check, fit_check_with_moves, placement_request
+from placement.repack import Move
 from placement.words import in_gib
 
 # --- output types --------------------------------------------------------------------------
@@ -120,6 +122,7 @@ class DeploymentOut(Schema):
     created_at: datetime
     copies: list[CopyOut]
     autoscaling: AutoscalingOut | None = Field(description="null: a fixed number of copies")
+    movable: bool = Field(description="false: re-packing never moves its copies")
 
 
 class MachineFilesOut(Schema):
@@ -170,6 +173,19 @@ class NotPlacedOut(Schema):
     message: str
 
 
+class GpusOut(Schema):
+    machine: str
+    accelerators: list[int]
+
+
+class MoveOut(Schema):
+    deployment: str | None = Field(description="null: another team's (named to staff only)")
+    copy: int | None
+    from_: GpusOut = Field(alias="from")
+    to: GpusOut
+    gb: float
+
+
 class FitCheckOut(Schema):
     fit_now: int = Field(description="copies of this size the cluster has room for now")
     fit_empty: int = Field(description="... and with nothing else running")
@@ -178,6 +194,12 @@ class FitCheckOut(Schema):
     placed: list[PlacedOut]
     not_placed: list[NotPlacedOut]
     notices: list[str]
+    moves: list[MoveOut] | None = Field(
+        None,
+        description="with allow_moves: the moves of other copies, in order, after which it "
+        "fits (each starts at its new place before the old one stops)",
+    )
+    moves_words: str = Field("", description="the moves, or why none was found, in words")
 
 
 # --- finding what a request names ----------------------------------------------------------
@@ -309,6 +331,7 @@ def deployment_out(deployment: Deployment) -> dict[str, Any]:
         "created_at": deployment.created_at,
         "copies": [copy_out(copy, topology) for copy in copies],
         "autoscaling": deployment.autoscaling,
+        "movable": deployment.movable,
     }
 
 
@@ -410,6 +433,7 @@ def host(request: HttpRequest, payload: HostIn) -> Status[dict[str, Any]]:
         reply_wait_s=payload.reply_wait_s,
         revision=payload.revision,
         autoscaling=policy_of(payload.autoscaling),
+        movable=payload.movable,
     )
     deployment = actions.host(request.user, asked)
     return Status(202, {"id": deployment.pk, "state": deployment.state, "chosen": chosen})
@@ -618,7 +642,7 @@ def checked_request(
         raise placement_problem(error, field) from None
 
 
-@placement_router.post("/fit-check", response={200: FitCheckOut, **ERRORS})
+@placement_router.post("/fit-check", response={200: FitCheckOut, **ERRORS}, by_alias=True)
 def check_fit(request: HttpRequest, payload: FitCheckIn) -> dict[str, Any]:
     """How many copies fit now and on the empty cluster, where they would go, and why the rest
     would not. Nothing is reserved."""
@@ -629,7 +653,38 @@ def check_fit(request: HttpRequest, payload: FitCheckIn) -> dict[str, Any]:
     size = actions.parse_size(payload.accelerators_per_copy)
     settings = actions.checked_settings(payload.engine_settings, cluster)
     asked = checked_request(model, variant, settings, size, copies, "accelerators_per_copy")
-    return fit_check_out(fit_check(cluster, asked), asked.max_model_len)
+    if not payload.allow_moves:
+        return fit_check_out(fit_check(cluster, asked), asked.max_model_len)
+    repack = fit_check_with_moves(cluster, asked)
+    answer = fit_check_out(repack.result, asked.max_model_len)
+    named = nameable_deployments(request.user, repack.moves)
+    sizes = sizes_of({move.deployment for move in repack.moves})
+    answer["moves"] = [move_out(move, named) for move in repack.moves]
+    answer["moves_words"] = moves_words(repack, sizes, named)
+    return answer
+
+
+def nameable_deployments(user: Any, moves: Iterable[Move]) -> set[str]:
+    """The moved deployments this user may see named: staff all, others their teams' own."""
+    names = {move.deployment for move in moves}
+    visible = visible_deployments(user).filter(name__in=names)
+    return set(visible.values_list("name", flat=True))
+
+
+def sizes_of(names: set[str]) -> dict[str, str]:
+    rows = Deployment.objects.filter(name__in=names).values_list("name", "accelerators_per_copy")
+    return {name: f"{size_text(size)} GPU" for name, size in rows}
+
+
+def move_out(move: Move, named: set[str]) -> dict[str, Any]:
+    shown = move.deployment in named
+    return {
+        "deployment": move.deployment if shown else None,
+        "copy": move.copy if shown else None,
+        "from": {"machine": move.from_machine, "accelerators": list(move.from_accelerators)},
+        "to": {"machine": move.to_machine, "accelerators": list(move.to_accelerators)},
+        "gb": in_gib(move.bytes),
+    }
 
 
 @placement_router.post("/estimate", response={200: EstimateOut, **ERRORS})

@@ -234,6 +234,9 @@ class HostIn(StrictSchema):
     autoscaling: AutoscalingIn | None = Field(
         None, description="scale by itself between bounds; `copies` is then the starting number"
     )
+    movable: bool = Field(
+        True, description="false: re-packing never moves its copies to make room for another"
+    )
 
 
 class ScaleIn(StrictSchema):
@@ -260,6 +263,11 @@ class FitCheckIn(StrictSchema):
     copies: Copies = Field(1, description=f"how many copies to place, 0 to {actions.MOST_COPIES}")
     accelerators_per_copy: Size = Field(1, description=SIZE_HELP)
     engine_settings: EngineSettings = Field(default_factory=dict, description=SETTINGS_HELP)
+    allow_moves: bool = Field(
+        False,
+        description="when it does not fit now: also the fewest moves of other copies after "
+        "which it would (nothing is moved)",
+    )
 
 
 class EstimateIn(StrictSchema):

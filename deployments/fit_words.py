@@ -17,6 +17,7 @@ from deployments.engine.variant_advice import Hardware, hardware_of
 from deployments.models import Deployment
 from deployments.placing import first_reason, for_cluster, placement_request
 from deployments.snapshot import inventory_for, reservation_rows, reservation_to_inventory
+from placement.repack import Move, Repack
 from placement.shares import engine_share
 from placement.words import gib, percent, plural
 
@@ -297,3 +298,36 @@ def cannot_start_words(fit: FitWords, copies: int) -> str:
         else "Free room on the cluster, make each copy smaller, or add a machine to the cluster."
     )
     return f"{missing} cannot start: {reason}. {fix}"
+
+
+# --- room made by moving other copies (placement/repack.py) --------------------------------
+
+NO_DOWNTIME = "no downtime: each starts at its new place before the old one stops"
+
+
+def moves_words(repack: Repack, sizes: dict[str, str], may_name: set[str]) -> str:
+    """ "Fits after moving 2 copies: qwen3-8b copy 1 (h100-1 GPU 2 → h100-2 GPU 0), another
+    team's copy of 0.5 GPU (…); no downtime: …". `sizes` gives each deployment's size in
+    words; a deployment not in `may_name` (another team's, to a non-staff viewer) is not named."""
+    if not repack.found:
+        return repack.message
+    if not repack.moves:
+        return ""
+    told = ", ".join(move_words(move, sizes, may_name) for move in repack.moves)
+    count = plural(len(repack.moves), "copy", "copies")
+    return f"Fits after moving {count}: {told}; {NO_DOWNTIME}."
+
+
+def move_words(move: Move, sizes: dict[str, str], may_name: set[str]) -> str:
+    where = f"{gpus_words(move.from_machine, move.from_accelerators)} → " + gpus_words(
+        move.to_machine, move.to_accelerators
+    )
+    if move.deployment in may_name:
+        return f"{move.deployment} copy {move.copy} ({where})"
+    size = sizes.get(move.deployment, "")
+    return f"another team's copy{f' of {size}' if size else ''} ({where})"
+
+
+def gpus_words(machine: str, accelerators: tuple[int, ...]) -> str:
+    indexes = ",".join(str(index) for index in accelerators)
+    return f"{machine} GPU {indexes}"

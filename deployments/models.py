@@ -59,6 +59,8 @@ class Deployment(StateGuardedModel):
     autoscaling = models.JSONField(null=True, blank=True, editable=False)
     # Woken from IDLE by a request at this time, and no copy serves yet; the cold start it
     # took last (seconds), which the gateway tells a client to wait.
+    # False: re-packing never moves its copies to make room for another (placement/repack.py).
+    movable = models.BooleanField(default=True)
     waking_since = models.DateTimeField(null=True, blank=True, editable=False)
     last_cold_start_s = models.FloatField(null=True, blank=True, editable=False)
     engine = models.CharField(max_length=16, choices=Engine.choices, default=Engine.VLLM)

@@ -12,6 +12,7 @@ from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 
 import placement
@@ -20,6 +21,7 @@ from catalog.models import Model, Variant
 from clusters.models import Accelerator, Cluster, Machine
 from deployments.models import Copy, Deployment, Reservation
 from deployments.snapshot import inventory_for
+from placement.repack import Repack, plan_with_moves
 
 
 def placement_request(
@@ -73,6 +75,13 @@ def for_cluster(
 def fit_check(cluster: Cluster, request: placement.PlacementRequest) -> placement.PlanResult:
     """How many copies fit now and on the empty cluster, and why the rest do not (no writes)."""
     return placement.plan(inventory_for(cluster), for_cluster(cluster, request))
+
+
+def fit_check_with_moves(cluster: Cluster, request: placement.PlacementRequest) -> Repack:
+    """The fit check, and when the request does not fit now, the fewest moves of other copies
+    after which it does (nothing is moved or reserved)."""
+    budget_s = settings.REPACK_BUDGET_MS / 1000
+    return plan_with_moves(inventory_for(cluster), for_cluster(cluster, request), budget_s)
 
 
 def first_reason(result: placement.PlanResult, otherwise: str = "") -> str:

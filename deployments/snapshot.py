@@ -47,7 +47,12 @@ def reservation_rows(**where: Any) -> QuerySet[Reservation]:
     """Reservations as reservation_to_inventory reads them: with their machine and GPU, and the
     size per copy their deployment asked for."""
     rows = Reservation.objects.filter(**where).select_related("machine", "accelerator__parent")
-    return rows.annotate(asked=F("copy__deployment__accelerators_per_copy"))
+    return rows.annotate(
+        asked=F("copy__deployment__accelerators_per_copy"),
+        deployment_name=F("copy__deployment__name"),
+        ordinal=F("copy__ordinal"),
+        movable=F("copy__deployment__movable"),
+    )
 
 
 def reservation_to_inventory(row: Reservation) -> placement.Reservation | None:
@@ -62,6 +67,9 @@ def reservation_to_inventory(row: Reservation) -> placement.Reservation | None:
         share=float(row.share),
         slice=slice_id(gpu) if gpu.parent_id else None,
         asked_share=asked_share(row),
+        deployment=row.deployment_name,  # see reservation_rows: who holds it, for re-packing
+        copy=row.ordinal,
+        movable=row.movable,
     )
 
 

@@ -368,7 +368,7 @@ def reservation_from_json(value: object, path: str, machines: dict[str, Machine]
     gb, share = f.gib_bytes("gb"), f.number("share", minimum=0.0)
     # Re-packing names the copy that holds the room, and may forbid moving it.
     deployment = f.optional_string("deployment") or ""
-    copy = f.integer("copy", 1) if deployment else 0
+    copy = f.integer("copy", 0) if deployment else 0
     if f.present("copy") and not deployment:
         raise ScenarioError(f.at("copy"), "needs the deployment it is a copy of")
     movable = f.boolean("movable", True)

@@ -45,6 +45,7 @@ from berth_sdk.results import (  # noqa: E402
     Identity,
     LogLine,
     Model,
+    Move,
     Variant,
 )
 
@@ -70,6 +71,7 @@ __all__ = [
     "Estimate",
     "Event",
     "FitCheck",
+    "Move",
     "HostedDeployment",
     "Identity",
     "LogLine",

@@ -228,14 +228,14 @@ def fit_check(
     copies: int,
     accelerators_per_copy: Size,
     settings: Mapping[str, Any],
+    allow_moves: bool = False,
 ) -> Request:
     body = {"model": repo_id, "variant": variant, "cluster": cluster, "copies": copies}
     size = number(accelerators_per_copy)
-    return Request(
-        "POST",
-        "/fit-check",
-        body={**body, "accelerators_per_copy": size, "engine_settings": dict(settings)},
-    )
+    asked = {**body, "accelerators_per_copy": size, "engine_settings": dict(settings)}
+    if allow_moves:
+        asked["allow_moves"] = True
+    return Request("POST", "/fit-check", body=asked)
 
 
 # --- catalog and clusters ------------------------------------------------------------------

@@ -360,6 +360,29 @@ class NotPlaced:
 
 
 @dataclass(frozen=True)
+class Move:
+    """A copy moved to make room (make-before-break); `deployment` None: another team's."""
+
+    deployment: str | None
+    copy: int | None
+    from_machine: str
+    from_accelerators: list[int]
+    to_machine: str
+    to_accelerators: list[int]
+
+    @classmethod
+    def from_api(cls, data: Json) -> Move:
+        return cls(
+            deployment=data.get("deployment"),
+            copy=data.get("copy"),
+            from_machine=str(data["from"]["machine"]),
+            from_accelerators=[int(i) for i in data["from"]["accelerators"]],
+            to_machine=str(data["to"]["machine"]),
+            to_accelerators=[int(i) for i in data["to"]["accelerators"]],
+        )
+
+
+@dataclass(frozen=True)
 class FitCheck:
     """How many copies fit now and on the empty cluster, where they would go, and why the
     rest would not. Nothing is reserved by asking."""
@@ -371,6 +394,8 @@ class FitCheck:
     placed: list[Placed]
     not_placed: list[NotPlaced]
     notices: list[str]
+    moves: list[Move] | None = None  # asked with allow_moves: in the order to run them
+    moves_words: str = ""
 
     @property
     def fits(self) -> bool:
@@ -392,7 +417,13 @@ class FitCheck:
             placed=[Placed.from_api(item) for item in data.get("placed", [])],
             not_placed=[NotPlaced.from_api(item) for item in data.get("not_placed", [])],
             notices=[str(notice) for notice in data.get("notices", [])],
+            moves=moves_of(data.get("moves")),
+            moves_words=str(data.get("moves_words") or ""),
         )
+
+
+def moves_of(data: Any) -> list[Move] | None:
+    return None if data is None else [Move.from_api(item) for item in data]
 
 
 # --- catalog -------------------------------------------------------------------------------

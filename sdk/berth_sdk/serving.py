@@ -336,13 +336,18 @@ class Serving:
         *,
         max_model_len: int | None = None,
         engine_settings: Mapping[str, Any] | None = None,
+        allow_moves: bool = False,
     ) -> FitCheck:
         """How many copies fit on the cluster now and empty, where they would go, and why the
-        others would not (`.reason`); the estimate's parts are in `.estimate`."""
+        others would not (`.reason`); the estimate's parts are in `.estimate`. With
+        `allow_moves`, when it does not fit now: `.moves`, the moves of other copies after
+        which it would, and `.moves_words`."""
         repo_id, chosen = self._repo_and_variant(model, variant)
         settings = calls.settings_with(engine_settings, max_model_len)
         name = cluster_name(cluster) or self._clusters.get(cluster).name
-        request = calls.fit_check(repo_id, chosen, name, copies, accelerators_per_copy, settings)
+        request = calls.fit_check(
+            repo_id, chosen, name, copies, accelerators_per_copy, settings, allow_moves
+        )
         return FitCheck.from_api(self._transport.send(request))
 
     # --- references ------------------------------------------------------------------------
@@ -614,11 +619,14 @@ class AsyncServing:
         *,
         max_model_len: int | None = None,
         engine_settings: Mapping[str, Any] | None = None,
+        allow_moves: bool = False,
     ) -> FitCheck:
         repo_id, chosen = await self._repo_and_variant(model, variant)
         settings = calls.settings_with(engine_settings, max_model_len)
         name = cluster_name(cluster) or (await self._clusters.get(cluster)).name
-        request = calls.fit_check(repo_id, chosen, name, copies, accelerators_per_copy, settings)
+        request = calls.fit_check(
+            repo_id, chosen, name, copies, accelerators_per_copy, settings, allow_moves
+        )
         return FitCheck.from_api(await self._transport.send(request))
 
     # --- references ------------------------------------------------------------------------
