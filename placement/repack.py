@@ -9,9 +9,10 @@ machine) of the same product, as a share of a shared GPU, a whole untouched GPU,
 GPUs of one machine. Copies whose deployment says `movable: false` never move. MIG slices,
 time-sliced, MPS and unified-memory units are neither sources nor targets of moves.
 
-The search is exhaustive up to MOST_MOVES moves: for each unit where the request could go, the
-smallest set of copies to take off it, each sent to a place that is free now, or freed by one
-more move. It stops at the budget with the best plan found, and says when it found none.
+The search is exhaustive up to MOST_MOVES moves where a state offers at most BRANCHING moves
+(beyond, the moves that free the most room where their copy was come first), depth by depth so
+that the first depth with a plan has the fewest moves. It stops at the budget with the best plan
+found, and says when it found none.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ from placement.types import Inventory, PlacementRequest, PlanResult, Reservation
 from placement.units import Kind, build_state, share_units
 
 MOST_MOVES = 3
+# Moves tried from each state: all of them where there are no more; else those that free the
+# most room where the copy was (a cluster of thousands of copies has millions of sequences).
+BRANCHING = 24
 MOVABLE_KINDS = (Kind.SHARED, Kind.WHOLE)
 
 
@@ -96,7 +100,7 @@ def plan_with_moves(
     now = plan(inventory, request)
     if len(now.placed) == request.copies:
         return Repack((), now, True)
-    search = Search(inventory, request, time.monotonic() + budget_s)
+    search = Search(inventory, request, time.monotonic() + budget_s, now.estimate.total_bytes)
     best = search.best()
     if best is None:
         why = "the search ran out of time" if search.out_of_time else "none exists"
@@ -109,9 +113,24 @@ def plan_with_moves(
 
 
 class Search:
-    def __init__(self, inventory: Inventory, request: PlacementRequest, deadline: float) -> None:
+    def __init__(
+        self, inventory: Inventory, request: PlacementRequest, deadline: float, need: int
+    ) -> None:
         self.inventory, self.request, self.deadline = inventory, request, deadline
+        self.need = need  # bytes one copy's estimate takes on each of its GPUs
         self.out_of_time = False
+
+    def may_fit(self, inventory: Inventory) -> bool:
+        """A quick look before the plan: some GPU has the estimate's bytes free (whole GPUs:
+        some machine has the untouched GPUs a copy takes)."""
+        state = build_state(inventory)
+        if self.request.accelerators_per_copy < 1:
+            return any(gpu.free_bytes >= self.need for gpu in state.gpus)
+        untouched: dict[str, int] = {}
+        for gpu in state.gpus:
+            if gpu.copies == 0 and gpu.memory >= self.need:
+                untouched[gpu.machine.name] = untouched.get(gpu.machine.name, 0) + 1
+        return max(untouched.values(), default=0) >= self.request.tensor_parallel
 
     def best(self) -> tuple[tuple[Move, ...], Inventory] | None:
         """Fewest moves first, then fewest bytes: depth by depth, every candidate at a depth."""
@@ -119,7 +138,7 @@ class Search:
             found = [
                 (moves, after)
                 for moves, after in self.sequences(self.inventory, depth, frozenset())
-                if fits(after, self.request)
+                if self.may_fit(after) and fits(after, self.request)
             ]
             if found:
                 return min(found, key=lambda pair: (sum(m.bytes for m in pair[0]), pair[0]))
@@ -146,13 +165,16 @@ class Search:
         self, inventory: Inventory, moved: frozenset[tuple[str, int]]
     ) -> Iterator[tuple[Move, Inventory]]:
         """Each movable copy to each distinct place free for it now (places that differ only
-        by name are tried once: the first by name)."""
+        by name are tried once: the first by name); past BRANCHING of them, those that leave
+        the most room free where the copy was (what the request needs) first."""
         rooms = Rooms(inventory)
+        candidates = []
         for held in held_copies(inventory):
             if not held.movable or (held.deployment, held.copy) in moved:
                 continue
             if not rooms.movable(held):
                 continue
+            freed = rooms.free_after_leaving(held)
             for machine, accelerators in rooms.targets(held):
                 move = Move(
                     held.deployment,
@@ -163,7 +185,10 @@ class Search:
                     accelerators,
                     held.bytes,
                 )
-                yield move, moved_inventory(inventory, held, machine, accelerators)
+                candidates.append((-freed, move.bytes, move, held))
+        candidates.sort(key=lambda c: c[:3])
+        for _, _, move, held in candidates[:BRANCHING]:
+            yield move, moved_inventory(inventory, held, move.to_machine, move.to_accelerators)
 
 
 class Rooms:
@@ -176,6 +201,11 @@ class Rooms:
             for gpu in state.gpus
             if gpu.kind in MOVABLE_KINDS
         }
+
+    def free_after_leaving(self, held: HeldCopy) -> int:
+        """Bytes free on the copy's (first) GPU once it has left."""
+        gpu = self.gpus[(held.machine, held.accelerators[0])]
+        return int(gpu.free_bytes) + held.reservations[0].bytes
 
     def movable(self, held: HeldCopy) -> bool:
         return all((held.machine, index) in self.gpus for index in held.accelerators)

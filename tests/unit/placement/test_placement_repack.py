@@ -163,7 +163,7 @@ def test_the_command_line_answers_the_moves_in_order_and_refuses_bad_fields() ->
             lambda d: d["cluster"]["reservations"][0].update(movable=1),
             "movable: must be true or false",
         ),
-        (lambda d: d["cluster"]["reservations"][0].update(copy=-1), "copy: must be at least 0"),
+        (lambda d: d["cluster"]["reservations"][0].update(copy=-1), "copy: must not be negative"),
     ):
         bad = json.loads(json.dumps(data))
         change(bad)
