@@ -22,7 +22,7 @@ from django.utils import timezone
 from psycopg.conninfo import make_conninfo
 
 from clusters import ray_driver
-from clusters.backends.base import ENGINE_GONE, MetricSample, Observation
+from clusters.backends.base import ENGINE_GONE, INFEASIBLE, MetricSample, Observation
 from clusters.models import Cluster
 from clusters.registry import backend_for
 from console import heartbeats
@@ -73,6 +73,9 @@ class LogFollower:
 
 
 def failure_of(copy: Copy, seen: Observation) -> Failure:
+    if seen.reason == INFEASIBLE:
+        fix = "Stop a deployment to free room, or host it smaller."
+        return Failure(ErrorCode.NO_FIT, True, seen.message, fix)
     lines = logs.recent_engine_lines(copy)
     if lifecycle.past_startup_deadline(copy) and classify(lines) is None:
         return lifecycle.startup_timed_out(copy)  # no line says why: it was stopped for lateness

@@ -174,6 +174,9 @@ class FilesResult:
     message: str = ""
 
 
+# An Observation's reason when the platform says it can never place the copy where Berth
+# planned it (Ray's INFEASIBLE): a NoFit, not a crash.
+INFEASIBLE = "Infeasible"
 ObservedStatus = Literal["starting", "ready", "exited", "unschedulable", "waiting", "gone"]
 # What an observation says of an engine that holds no memory any more.
 ENGINE_GONE = frozenset({"exited", "gone"})

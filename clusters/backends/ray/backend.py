@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 
 from clusters.backends.base import (
+    INFEASIBLE,
     BackendError,
     CopyHandle,
     CopySpec,
@@ -210,12 +211,15 @@ def observation(handle: CopyHandle, seen: dict[str, Any]) -> Observation:
     """What Ray and the engine say of one copy, in the console's words."""
     copy_id, actor = handle.copy_id, seen.get("actor")
     if seen.get("scheduling") == "INFEASIBLE":
+        # Berth's plan placed it, so this is a disagreement between the two: the copy fails
+        # with Ray's words rather than waiting for room that will never come.
         return Observation(
             copy_id,
-            "unschedulable",
-            reason="Infeasible",
-            message="Ray can never place it: no node has the GPUs it asks for "
-            f"({seen.get('required') or 'see the placement group'})",
+            "exited",
+            reason=INFEASIBLE,
+            message="Ray can never place it where Berth planned it: no node there has the GPUs "
+            f"it asks for ({seen.get('required') or 'see its placement group'}); Berth's plan "
+            "should have refused it first",
         )
     if seen.get("group") == "PENDING" or actor in (None, "PENDING_CREATION"):
         if seen.get("group") is None and actor is None:
