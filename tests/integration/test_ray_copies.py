@@ -24,7 +24,7 @@ from deployments.models import Copy, Deployment, LogLine, Reservation
 from tests.integration.test_lifecycle import host, reached
 from tests.processes import console_processes, gateway_server, wait_for
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(480)]
 
 FAST = {"BERTH_RECONCILE_EVERY_S": "1", "BERTH_GATEWAY_REFRESH_S": "0.2"}
 SETTINGS = {"max_model_len": 4096}
@@ -72,12 +72,12 @@ def test_copies_run_as_actors_on_the_planned_nodes_serve_through_the_gateway_and
         huge = host(bob, red, cluster, "huge", accelerators_per_copy=8, engine_settings=SETTINGS)
         for deployment in (halves, pair):
             try:
-                wait_for(reached(deployment, DeploymentState.DEPLOYED), 60, every=0.5,
+                wait_for(reached(deployment, DeploymentState.DEPLOYED), 180, every=0.5,
                          what=f"{deployment.name} DEPLOYED")  # fmt: skip
             except AssertionError as late:
                 raise AssertionError(f"{late}: {described(deployment)}") from None
 
-        wait_for(reached(huge, DeploymentState.FAILED), 30, what="huge FAILED")
+        wait_for(reached(huge, DeploymentState.FAILED), 90, what="huge FAILED")
         assert Deployment.objects.get(pk=huge.pk).last_error_code == "NoFitError"
 
         # Each copy is an actor of its own, alive on the node Berth planned.
@@ -111,7 +111,7 @@ def test_copies_run_as_actors_on_the_planned_nodes_serve_through_the_gateway_and
         host_address = one.machine.name.rsplit("-", 1)[0]
         bare = httpx.get(f"http://{host_address}:{one.port}/metrics", timeout=10)
         assert bare.status_code == 401
-        wait_for(lambda: LogLine.objects.filter(copy=one, stream="engine").exists(), 60,
+        wait_for(lambda: LogLine.objects.filter(copy=one, stream="engine").exists(), 120,
                  what="the engine's lines from Ray")  # fmt: skip
         serving = {c.pod_name: actors[c.pod_name].actor_id for c in copies}
 
