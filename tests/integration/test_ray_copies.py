@@ -24,7 +24,7 @@ from deployments.models import Copy, Deployment, LogLine, Reservation
 from tests.integration.test_lifecycle import host, reached
 from tests.processes import console_processes, gateway_server, wait_for
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(480)]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(900)]
 
 FAST = {"BERTH_RECONCILE_EVERY_S": "1", "BERTH_GATEWAY_REFRESH_S": "0.2"}
 SETTINGS = {"max_model_len": 4096}
@@ -41,6 +41,12 @@ def ray_actors(dashboard: str) -> dict[str, object]:
         if actor.state == "ALIVE" or actor.name not in by_name:
             by_name[actor.name] = actor
     return by_name
+
+
+def chat(gateway: str, key: str) -> httpx.Response:
+    body = {"model": "on-ray", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8}
+    headers = {"Authorization": f"Bearer {key}"}
+    return httpx.post(f"{gateway}/v1/chat/completions", json=body, headers=headers, timeout=60)
 
 
 def described(deployment) -> str:
@@ -98,13 +104,7 @@ def test_copies_run_as_actors_on_the_planned_nodes_serve_through_the_gateway_and
         )
 
         # Chat through the gateway; the relay itself wants the engine key.
-        reply = httpx.post(
-            f"{gateway}/v1/chat/completions",
-            json={"model": "on-ray", "messages": [{"role": "user", "content": "Hi"}],
-                  "max_tokens": 8},
-            headers={"Authorization": f"Bearer {key}"},
-            timeout=60,
-        )  # fmt: skip
+        reply = chat(gateway, key)
         assert reply.status_code == 200, reply.text
         assert reply.json()["choices"][0]["message"]["content"]
         one = copies[0]
@@ -125,11 +125,17 @@ def test_copies_run_as_actors_on_the_planned_nodes_serve_through_the_gateway_and
             Copy.objects.filter(deployment__cluster=cluster).values_list("state", flat=True)
         ) == {"READY"}
 
+        # The new driver serves: the engine's lines of a chat sent now arrive through it.
+        lines = LogLine.objects.filter(copy=one, stream="engine")
+        before = lines.count()
+        assert chat(gateway, key).status_code == 200
+        wait_for(lambda: lines.count() > before, 180, every=0.5, what="lines via the new driver")
+
         # Stop: the actors end, the room is given back.
         for deployment in (halves, pair):
             actions.stop(bob, deployment)
         for deployment in (halves, pair):
-            wait_for(reached(deployment, DeploymentState.STOPPED), 120, every=0.5,
+            wait_for(reached(deployment, DeploymentState.STOPPED), 240, every=0.5,
                      what=f"{deployment.name} STOPPED")  # fmt: skip
         after = ray_actors(ray_cluster.dashboard)
         assert all(after[c.pod_name].state == "DEAD" for c in copies)
