@@ -208,8 +208,9 @@ def load_copy(copy_id: int) -> Copy | None:
 
 
 def prepare(copy_id: int) -> None:
-    """Put the model's files on the copy's machine, then send it to launch (or fail it with
-    MUST_REDOWNLOAD). This runs on the transfer queue; the launch goes back to the control one."""
+    """Put the model's files on the copy's machine, then launch it (or fail it with
+    MUST_REDOWNLOAD). This runs on the transfer queue; once the files are there the launch runs
+    here too, since a hop back to the control queue would only add its wait to every start."""
     copy = load_copy(copy_id)
     if copy is None or copy.state != CopyState.COPYING_FILES:
         return
@@ -229,7 +230,7 @@ def prepare(copy_id: int) -> None:
     if result is None:
         return  # another worker is copying these files to this machine; it sends the copy on
     if result.present:
-        lifecycle.enqueue("launch_copy", copy_id)
+        launch(copy_id)
         return
     missing_files(copy, result.missing, result.message)
 

@@ -23,6 +23,7 @@ from psycopg.conninfo import make_conninfo
 
 from clusters import ray_driver
 from clusters.backends.base import ENGINE_GONE, INFEASIBLE, MetricSample, Observation
+from clusters.backends.logparse import says_serving
 from clusters.models import Cluster
 from clusters.registry import backend_for
 from console import heartbeats
@@ -36,6 +37,8 @@ log = logging.getLogger(__name__)
 ADVISORY_NAMESPACE = 7261  # "berth watcher"; the cluster id is the second key
 # A copy claimed for launch but without a process after this long lost its worker.
 LAUNCH_GRACE = timedelta(seconds=60)
+# A cluster added while the watcher runs is watched within this long (one small query each).
+NEW_CLUSTERS_EVERY_S = 1.0
 
 
 def watched_copies(cluster_id: int) -> list[Copy]:
@@ -53,6 +56,8 @@ class LogFollower:
 
     def __init__(self) -> None:
         self.read_until: dict[int, datetime | None] = {}
+        # An engine said it serves since the last look: look at once rather than at the tick.
+        self.heard_serving = False
 
     def follow(self, backend: object, copy: Copy) -> None:
         if copy.process_id is None and not copy.pod_name:
@@ -65,6 +70,8 @@ class LogFollower:
         lines = [(copy, LogStream.ENGINE, r.level, r.at, r.text) for r in records]
         logs.write_lines(copy.deployment_id, lines)
         self.read_until[copy.pk] = records[-1].at
+        if copy.state == CopyState.STARTING and any(says_serving(r.text) for r in records):
+            self.heard_serving = True
 
     def forget_others(self, copies: list[Copy]) -> None:
         watched = {copy.pk for copy in copies}
@@ -230,14 +237,19 @@ async def watch_cluster(cluster_id: int, stop: asyncio.Event) -> None:
                 log.warning("the Ray driver of cluster %s ended; starting it again", cluster_id)
                 driver = await asyncio.to_thread(ray_driver.start_if_ray, cluster_id)
             # Logs are followed often (lines should reach the pages fast); the backend is
-            # asked about the copies' health less often (each look is a request per copy).
+            # asked about the copies' health less often (each look is a request per copy),
+            # and at once when an engine says it serves (its copy is READY on the 200).
             looking = time.monotonic() >= next_look
             step = watch_once if looking else follow_logs_once
             try:
                 await asyncio.to_thread(step, cluster_id, follower)
+                if follower.heard_serving and not looking:
+                    looking = True
+                    await asyncio.to_thread(watch_once, cluster_id, follower)
             except Exception:  # a bad pass must not end the watch; the next one retries
                 log.exception("watching cluster %s", cluster_id)
             if looking:
+                follower.heard_serving = False
                 next_look = time.monotonic() + settings.WATCH_EVERY_S
             if time.monotonic() >= next_scrape:
                 next_scrape = time.monotonic() + settings.METRICS_EVERY_S
@@ -268,7 +280,7 @@ async def watch_all(stop: asyncio.Event) -> None:
             if cluster_id not in tasks or tasks[cluster_id].done():
                 tasks[cluster_id] = asyncio.create_task(watch_cluster(cluster_id, stop))
         try:
-            await asyncio.wait_for(stop.wait(), 5)
+            await asyncio.wait_for(stop.wait(), NEW_CLUSTERS_EVERY_S)
         except TimeoutError:
             pass
     await asyncio.gather(beating, *tasks.values(), return_exceptions=True)

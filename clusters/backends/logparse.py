@@ -27,6 +27,8 @@ UVICORN_LINE = re.compile(r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+")
 # The last line of a Python traceback: "torch.OutOfMemoryError: CUDA out of memory. …"
 EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b(:|$)")
 SUPERVISOR_LINE = "berth supervisor:"
+# What an engine prints once it accepts requests: vLLM's (Uvicorn's) and llama.cpp's server's.
+SERVING_LINE = re.compile(r"Application startup complete|server is listening on http")
 ONE_TICK = timedelta(microseconds=1)
 
 
@@ -107,6 +109,11 @@ def is_failure_line(text: str) -> bool:
     if VLLM_LINE.match(message):
         message = VLLM_LINE.sub("", message, count=1)
     return bool(EXCEPTION_LINE.match(message)) or message.startswith(SUPERVISOR_LINE)
+
+
+def says_serving(text: str) -> bool:
+    """The engine's own word that it now accepts requests: worth a health look at once."""
+    return bool(SERVING_LINE.search(text))
 
 
 def root_cause_line(lines: list[str]) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from django.core.management import call_command
 
@@ -105,6 +107,20 @@ def test_host_goes_through_deploying_and_initializing_to_deployed(running, bob, 
     copy = Copy.objects.get(deployment=deployment)
     assert copy.state == CopyState.READY and copy.attempts == 1 and copy.port
     assert Deployment.objects.get(pk=deployment.pk).last_message == "The copy serves."
+
+
+def test_the_engine_saying_it_serves_makes_the_copy_ready_without_waiting_for_the_look(
+    tmp_path, catalog, bob, red
+):
+    # The watcher asks for health once a minute here: only the engine's own start-up line
+    # ("Application startup complete.") can bring the copy to READY within 30 s.
+    cluster = simulated_cluster("sim-line", BERTH_SIM_LOAD_S_PER_GB="0", BERTH_SIM_INIT_S="0")
+    with console_processes(tmp_path, BERTH_WATCH_EVERY_S="60"):
+        time.sleep(3)  # past the watcher's first look at the cluster, which finds nothing yet
+        deployment = host(bob, red, cluster, "prompt", engine_settings={"max_model_len": 4096})
+        wait_for(reached(deployment, DeploymentState.DEPLOYED), 30, what="DEPLOYED")
+    copy = Copy.objects.get(deployment=deployment)
+    assert copy.state == CopyState.READY
 
 
 def test_two_half_copies_land_on_one_gpu_and_start_one_after_the_other(running, bob, red):
