@@ -156,15 +156,15 @@ class LiveConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
 
     async def send_new_lines(self) -> None:
         """Lines after the last one sent. Seqs are taken under the deployment's row lock and
-        committed in order, so reading after the last seq never skips a line."""
-        from console import live_render
+        committed in order, so reading after the last seq never skips a line. The read is
+        shared with this process's other viewers of the log (console/live_logs.py)."""
+        from console import live_logs
 
         deployment_id = int(self.group.split("-")[1])
         while True:
-            html, last = await self.rendered(
-                live_render.log_lines_after, self.scope["user"], deployment_id, self.last_seq
-            )
-            if not html:
+            batch = await live_logs.fanout().after(deployment_id, self.last_seq, self.zone)
+            if batch.count:
+                self.last_seq = batch.last_seq
+                await self.send(text_data=batch.html)
+            if not batch.is_full:
                 return
-            self.last_seq = last
-            await self.send(text_data=html)

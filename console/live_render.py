@@ -12,8 +12,6 @@ from deployments.access import visible_deployments
 from deployments.forms import DeploymentFilter
 from deployments.views import partials
 
-MAX_LINES_PER_MESSAGE = 500
-
 
 def out_of_band(csrf_token: str) -> dict[str, Any]:
     """What a partial sent over a socket needs beyond the page's context: it swaps itself in."""
@@ -56,19 +54,6 @@ def deployment_added(user: Any, deployment_id: int, csrf_token: str, query: str)
         return ""
     context = {"row": rows[0], "csrf_token": csrf_token}
     return render_to_string("deployments/_row_added.html", context)
-
-
-def log_lines_after(user: Any, deployment_id: int, after: int) -> tuple[str, int]:
-    """The lines after seq `after` as rows to append, and the last seq among them."""
-    from deployments.log_search import lines_after
-
-    if not visible_deployments(user).filter(pk=deployment_id).exists():
-        return "", after
-    lines = lines_after(deployment_id, after, MAX_LINES_PER_MESSAGE)
-    if not lines:
-        return "", after
-    html = render_to_string("deployments/_log_lines.html", {"lines": lines, "oob": True})
-    return html, lines[-1].seq
 
 
 def log_replay_start(user: Any, deployment_id: int, after: int) -> int:

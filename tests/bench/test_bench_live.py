@@ -148,6 +148,15 @@ def test_line_latency_and_rate(console_server, tmp_path, capsys):
             ]
             for viewer in viewers:
                 viewer.start()
+            # Every viewer connected and caught up (one line each has) before the clock runs:
+            # the figures are for viewers that watch, not for sockets that are still opening.
+            print_lines(path, first, 1, 0)
+            wait_for(
+                lambda first=first, viewers=viewers: all(first in v.arrivals for v in viewers),
+                60,
+                what="every viewer connected",
+            )
+            first += 1
             written = print_lines(path, first, 20, 0.05)  # paced: latency
             began = time.time()
             written.update(print_lines(path, first + 20, LINES, 0))  # a burst: sustained rate

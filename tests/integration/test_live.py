@@ -397,3 +397,35 @@ async def test_a_deployment_hosted_meanwhile_arrives_on_top_of_open_lists_it_pas
     assert await outsider.receive_nothing(timeout=0.5)
     for socket in (everything, filtered, viewer, outsider):
         await socket.disconnect()
+
+
+async def test_viewers_of_one_log_each_get_every_line_once_with_times_in_their_own_zone(
+    bob, carol, red
+):
+    """The lines are read once for all of a log's viewers in a process (console/live_logs.py),
+    but what each is sent is still its own: the times in its zone."""
+    from datetime import UTC, datetime
+
+    deployment = await sync_to_async(factories.make_deployment)("live-zones", red)
+    viewers = {}
+    for name, user, zone in (
+        ("tokyo", bob, "Asia/Tokyo"),
+        ("utc", carol, "UTC"),
+        ("tokyo-too", bob, "Asia/Tokyo"),
+    ):
+        viewer = connect(user, f"deployment-{deployment.pk}-logs", "after=0")
+        viewer.scope["cookies"]["berth_time_zone"] = zone
+        assert (await viewer.connect())[0]
+        viewers[name] = viewer
+    noon = datetime(2026, 12, 5, 12, 0, 7, tzinfo=UTC)
+    lines = [(None, LogStream.ENGINE, "INFO", noon, f"zoned line {n}") for n in range(3)]
+    await sync_to_async(write_lines)(deployment.pk, lines)
+    for name, viewer in viewers.items():
+        received = ""
+        while "zoned line 2" not in received:
+            received += await viewer.receive_from(5)
+        assert [received.count(f"zoned line {n}") for n in range(3)] == [1, 1, 1], name
+        assert ("21:00:07" in received) == name.startswith("tokyo"), name
+        assert ("12:00:07" in received) == (name == "utc"), name
+        assert await viewer.receive_nothing(timeout=0.3)
+        await viewer.disconnect()
