@@ -67,7 +67,10 @@ COPY_TRANSITIONS: dict[str, frozenset[str]] = {
     CopyState.STARTING: frozenset(
         {CopyState.READY, CopyState.PENDING, CopyState.FAILED, CopyState.STOPPING}
     ),
-    CopyState.READY: frozenset({CopyState.PENDING, CopyState.FAILED, CopyState.STOPPING}),
+    # READY → STARTING: the platform starts the engine again by itself (Ray restarts an actor).
+    CopyState.READY: frozenset(
+        {CopyState.STARTING, CopyState.PENDING, CopyState.FAILED, CopyState.STOPPING}
+    ),
     CopyState.STOPPING: frozenset({CopyState.STOPPED, CopyState.FAILED}),
     CopyState.STOPPED: frozenset({CopyState.REQUESTED}),
     CopyState.FAILED: frozenset({CopyState.REQUESTED, CopyState.STOPPING, CopyState.STOPPED}),

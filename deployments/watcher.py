@@ -22,8 +22,14 @@ from django.utils import timezone
 from psycopg.conninfo import make_conninfo
 
 from clusters import ray_driver
-from clusters.backends.base import ENGINE_GONE, INFEASIBLE, MetricSample, Observation
-from clusters.backends.logparse import says_serving
+from clusters.backends.base import (
+    ENGINE_GONE,
+    INFEASIBLE,
+    RESTARTING,
+    MetricSample,
+    Observation,
+)
+from clusters.backends.logparse import root_cause_line, says_serving
 from clusters.models import Cluster
 from clusters.registry import backend_for
 from console import heartbeats
@@ -136,6 +142,26 @@ def stopped_running(copy: Copy, seen: Observation) -> None:
     lifecycle.fail_copy(copy, failure)
 
 
+def restarted_by_platform(copy: Copy, seen: Observation) -> None:
+    """A serving copy whose engine exited and that the platform starts again itself: it leaves
+    the gateway (STARTING) until its engine answers, with the platform's words and the
+    engine's last line; the usual path back to READY follows."""
+    lines = logs.recent_engine_lines(copy, limit=50)
+    last = root_cause_line(lines) or (lines[-1] if lines else "")
+    words = f"{seen.message}. Its last line: {last}" if last else seen.message
+    moved = transitions.move_copy_if_in(
+        copy.pk,
+        {CopyState.READY},
+        CopyState.STARTING,
+        message=words,
+        pending_reason=words,
+        startup_deadline=timezone.now() + lifecycle.startup_deadline(copy),
+    )
+    if moved is not None:
+        logs.serving(copy, f"Copy {copy.ordinal} stopped serving: {words}", LogLevel.WARNING)
+        lifecycle.refresh_state(copy.deployment_id)
+
+
 # What a backend says of an engine that is not serving yet, and why.
 SAID_WHILE_STARTING = frozenset({"unschedulable", "waiting"})
 
@@ -149,6 +175,8 @@ def apply(copy: Copy, seen: Observation) -> None:
         became_ready(copy)
     elif seen.status in ENGINE_GONE:
         stopped_running(copy, seen)
+    elif seen.reason == RESTARTING and copy.state == CopyState.READY:
+        restarted_by_platform(copy, seen)
     elif seen.status in SAID_WHILE_STARTING and copy.state in COPY_ENGINE_STARTED:
         # Not placed by the platform yet, or being restarted by it: said on the copy.
         Copy.objects.filter(pk=copy.pk).update(pending_reason=seen.message or seen.reason)

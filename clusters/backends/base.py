@@ -177,6 +177,9 @@ class FilesResult:
 # An Observation's reason when the platform says it can never place the copy where Berth
 # planned it (Ray's INFEASIBLE): a NoFit, not a crash.
 INFEASIBLE = "Infeasible"
+# An Observation's reason when the platform starts a copy's engine again by itself (Ray restarts
+# an actor whose engine exited): the copy stops serving until its engine answers again.
+RESTARTING = "Restarting"
 ObservedStatus = Literal["starting", "ready", "exited", "unschedulable", "waiting", "gone"]
 # What an observation says of an engine that holds no memory any more.
 ENGINE_GONE = frozenset({"exited", "gone"})

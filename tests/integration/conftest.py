@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import socket
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -76,6 +78,9 @@ def ray_cluster(tmp_path_factory) -> Iterator[RayUnderTest]:
     port = free_port()
     head = {"num_cpus": 1, "include_dashboard": True, "dashboard_port": port,
             "temp_dir": str(tmp_path_factory.mktemp("ray"))}  # fmt: skip
+    # Ray notes the newest cluster's address in its default folder whatever temp_dir says, and
+    # creates that folder only when it is the temp_dir: on a fresh machine it is not there.
+    Path(tempfile.gettempdir(), "ray").mkdir(exist_ok=True)
     local = LocalRay(initialize_head=True, head_node_args=head)
     try:
         local.add_node(**H100_NODE)

@@ -183,3 +183,48 @@ def test_a_copy_whose_room_ray_gave_elsewhere_waits_with_rays_reason_then_starts
     finally:
         if hog.poll() is None:
             hog.kill()
+
+
+def engine_pids(served_name: str) -> list[int]:
+    """The engine processes Ray's actors run for a deployment (on this machine's Ray nodes)."""
+    found = subprocess.run(["pgrep", "-f", f"clusters.simulator.engine serve .*{served_name}"],
+                           capture_output=True, text=True, check=False)  # fmt: skip
+    return [int(pid) for pid in found.stdout.split()]
+
+
+def test_an_engine_that_crashes_after_serving_is_restarted_by_ray_and_serves_again(
+    ray_cluster, tmp_path, bob, red
+):
+    call_command("load_catalog")
+    call_command("addcluster", "ray-crash", "--kind", "ray", "--address", ray_cluster.address,
+                 "--gpu-memory", "H100=80", "--simulated-engines")  # fmt: skip
+    cluster = Cluster.objects.get(name="ray-crash")
+    key = ApiKey.issue(bob, "crash")[1]
+    with console_processes(tmp_path, **FAST), gateway_server(**FAST) as gateway:
+        crashy = host(bob, red, cluster, "crashy", engine_settings=SETTINGS,
+                      accelerators_per_copy=Decimal("0.5"), chat_name="on-ray")  # fmt: skip
+        wait_for(reached(crashy, DeploymentState.DEPLOYED), 180, every=0.5,
+                 what="crashy DEPLOYED")  # fmt: skip
+        copy = Copy.objects.get(deployment=crashy)
+        actor_id = ray_actors(ray_cluster.dashboard)[copy.pod_name].actor_id
+        (pid,) = engine_pids("crashy")
+        subprocess.run(["kill", "-KILL", str(pid)], check=True)  # the engine dies after serving
+
+        # The copy stops serving, with Ray's words, while Ray starts the same actor again.
+        wait_for(lambda: "Ray is trying again" in Copy.objects.get(pk=copy.pk).pending_reason,
+                 60, every=0.1, what="the copy saying Ray is trying again")  # fmt: skip
+        assert Copy.objects.get(pk=copy.pk).state == "STARTING"
+        wait_for(reached(crashy, DeploymentState.DEPLOYED), 180, every=0.5,
+                 what="DEPLOYED again")  # fmt: skip
+        again = Copy.objects.get(pk=copy.pk)
+        assert (again.state, again.pending_reason, again.last_error_code) == ("READY", "", "")
+        actor = ray_actors(ray_cluster.dashboard)[copy.pod_name]
+        assert (actor.actor_id, actor.state) == (actor_id, "ALIVE")  # the same actor, restarted
+        assert engine_pids("crashy") != [pid]
+        restarted = crashy.events.filter(copy=copy, to_state="STARTING").order_by("at").last()
+        assert restarted is not None and "Ray is trying again" in restarted.message
+        reply = wait_for(lambda: (r := chat(gateway, key)).status_code == 200 and r, 60,
+                         what="chat through the gateway again")  # fmt: skip
+        assert reply.json()["choices"][0]["message"]["content"]
+        actions.stop(bob, crashy)
+        wait_for(reached(crashy, DeploymentState.STOPPED), 120, every=0.5, what="STOPPED")

@@ -4,7 +4,7 @@ the same states on a real Ray cluster)."""
 
 from __future__ import annotations
 
-from clusters.backends.base import INFEASIBLE, CopyHandle
+from clusters.backends.base import INFEASIBLE, RESTARTING, CopyHandle
 from clusters.backends.ray.backend import NO_ROOM, observation
 from deployments.choices import ErrorCode
 from deployments.models import Copy
@@ -48,3 +48,14 @@ def test_a_restarting_actor_says_ray_is_trying_again_and_a_dead_one_why():
     assert (killed.status, killed.message) == ("exited", "Stopped by Ray (ray.kill).")
     gone = observation(HANDLE, {"group": None, "actor": None})
     assert gone.status == "gone"
+
+
+def test_a_restarted_actor_whose_engine_does_not_answer_yet_is_still_ray_trying_again():
+    status = {"node_id": "n" * 40, "healthy": False, "relay_port": 41002, "pid": 100}
+    seen = observation(HANDLE, {"group": "CREATED", "actor": "ALIVE", "restarts": 1,
+                                "status": status})  # fmt: skip
+    assert (seen.status, seen.reason, seen.port) == ("waiting", RESTARTING, 41002)
+    assert seen.message == "A start failed: the engine exited; Ray is trying again (restart 1)"
+    healthy = observation(HANDLE, {"group": "CREATED", "actor": "ALIVE", "restarts": 1,
+                                   "status": {**status, "healthy": True}})  # fmt: skip
+    assert healthy.status == "ready"

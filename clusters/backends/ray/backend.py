@@ -22,6 +22,7 @@ import httpx
 
 from clusters.backends.base import (
     INFEASIBLE,
+    RESTARTING,
     BackendError,
     CopyHandle,
     CopySpec,
@@ -229,16 +230,19 @@ def observation(handle: CopyHandle, seen: dict[str, Any]) -> Observation:
         return Observation(
             copy_id, "exited", reason="ActorDied", message=death_words(seen.get("death_cause"))
         )
-    if actor == "RESTARTING":
+    status = seen.get("status") or {}
+    ready = actor == "ALIVE" and status.get("healthy")
+    restarts = int(seen.get("restarts") or 0)
+    if actor == "RESTARTING" or (not ready and restarts):
+        # Restarting, or restarted with its engine not answering yet: Ray is trying again.
+        number = restarts + 1 if actor == "RESTARTING" else restarts
         return Observation(
             copy_id,
             "waiting",
-            reason="Restarting",
-            message=f"A start failed: the engine exited; Ray is trying again "
-            f"(restart {seen.get('restarts', 0) + 1})",
+            reason=RESTARTING,
+            message=f"A start failed: the engine exited; Ray is trying again (restart {number})",
+            port=status.get("relay_port"),  # a restarted actor's relay listens anew
         )
-    status = seen.get("status") or {}
-    ready = actor == "ALIVE" and status.get("healthy")
     return Observation(
         copy_id,
         "ready" if ready else "starting",
