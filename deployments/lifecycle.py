@@ -33,7 +33,14 @@ from deployments.choices import (
 )
 from deployments.classify import Failure
 from deployments.models import Copy, Deployment, Event, Reservation
-from deployments.placing import first_reason, fit_check, release, request_for, reserve
+from deployments.placing import (
+    first_reason,
+    fit_check,
+    placed_words,
+    release,
+    request_for,
+    reserve,
+)
 from placement import GIB
 from placement.words import gib, percent, plural
 
@@ -105,12 +112,17 @@ def files_on_this_server(deployment: Deployment) -> ServerModel | None:
     """The variant's files kept on this server (ready to copy to the machines), if any."""
     ready = ServerModel.objects.filter(
         variant_id=deployment.variant_id, state=ServerModelState.READY
+    ).order_by("pk")
+    return next(
+        (f for f in ready if kept_files_match(deployment, f.revision, f.requested_revision)),
+        None,
     )
-    if deployment.revision:
-        ready = ready.filter(
-            Q(revision=deployment.revision) | Q(requested_revision=deployment.revision)
-        )
-    return ready.first()
+
+
+def kept_files_match(deployment: Deployment, revision: str, requested_revision: str) -> bool:
+    """Whether files kept at this revision (asked for as requested_revision) are the ones the
+    deployment runs: any revision where it names none."""
+    return not deployment.revision or deployment.revision in (revision, requested_revision)
 
 
 def download_progress(deployment: Deployment) -> str:
@@ -153,9 +165,7 @@ def place(deployment_id: int) -> None:
         result = reserve(deployment, waiting)
         record_notices(deployment, result.notices)
         for copy, placed in zip(waiting, result.placed, strict=False):
-            where = f"{placed.machine} GPU {','.join(map(str, placed.accelerators))}"
-            where += f" (MIG {placed.slice})" if placed.slice else ""
-            transitions.move_copy(copy.pk, CopyState.COPYING_FILES, message=f"Placed on {where}.")
+            transitions.move_copy(copy.pk, CopyState.COPYING_FILES, message=placed_words(placed))
             enqueue("prepare_copy", copy.pk)
         unplaced = waiting[len(result.placed) :]
         for copy, reason in zip(unplaced, result.not_placed, strict=False):
@@ -343,11 +353,23 @@ def retry_due(deployment_id: int) -> None:
 
 
 def copy_counts(deployment: Deployment) -> dict[str, int]:
-    rows = deployment.copies.values("state").annotate(n=Count("id"))
-    counts = {row["state"]: row["n"] for row in rows}
-    counts["failed_for_good"] = deployment.copies.filter(
-        state=CopyState.FAILED, next_attempt_at__isnull=True
-    ).count()
+    return copy_counts_of([deployment.pk])[deployment.pk]
+
+
+def copy_counts_of(deployment_ids: list[int]) -> dict[int, dict[str, int]]:
+    """Copies per state of each deployment, and those failed for good, in one query."""
+    for_good = Q(state=CopyState.FAILED, next_attempt_at__isnull=True)
+    rows = (
+        Copy.objects.filter(deployment_id__in=deployment_ids)
+        .values("deployment_id", "state")
+        .annotate(n=Count("id"), for_good=Count("id", filter=for_good))
+        .order_by()
+    )
+    counts: dict[int, dict[str, int]] = {pk: {"failed_for_good": 0} for pk in deployment_ids}
+    for row in rows:
+        of_deployment = counts[row["deployment_id"]]
+        of_deployment[row["state"]] = row["n"]
+        of_deployment["failed_for_good"] += row["for_good"]
     return counts
 
 
@@ -377,9 +399,10 @@ def what_the_rest_do(deployment: Deployment, counts: dict[str, int]) -> str:
     return "; ".join(parts)
 
 
-def desired_state(deployment: Deployment) -> tuple[str, str]:
-    """The state and message that the copies call for now."""
-    counts = copy_counts(deployment)
+def desired_state(deployment: Deployment, counts: dict[str, int] | None = None) -> tuple[str, str]:
+    """The state and message that the copies call for now (`counts` as copy_counts gives
+    them, where the caller has read them already)."""
+    counts = copy_counts(deployment) if counts is None else counts
     wanted = deployment.copies_wanted
     ready = min(counts.get(CopyState.READY, 0), wanted)
     rest = what_the_rest_do(deployment, counts)
@@ -438,6 +461,25 @@ def refresh_state(deployment_id: int) -> None:
         return
     # The last error stays on record (with its time) after the deployment recovers.
     transitions.move_deployment(deployment.pk, state, message=message)
+
+
+def refresh_states(deployment_ids: list[int]) -> None:
+    """refresh_state for many deployments, with their copies counted in one query and their
+    state changes written in one batch (a deployment waking from idle goes the one-by-one way,
+    which records its cold start)."""
+    deployments = list(Deployment.objects.filter(pk__in=deployment_ids).order_by("pk"))
+    counts = copy_counts_of([d.pk for d in deployments])
+    moves = []
+    for deployment in deployments:
+        if deployment.state not in DEPLOYMENT_PLACEABLE or deployment.waking_since is not None:
+            refresh_state(deployment.pk)
+            continue
+        state, message = desired_state(deployment, counts[deployment.pk])
+        if state != deployment.state:
+            moves.append(transitions.Move(deployment.pk, state, message))
+        elif message != deployment.last_message:
+            transitions.set_last_message(deployment.pk, message)
+    transitions.move_deployments(moves)
 
 
 COLD_START_WORDS = "Woke from idle"

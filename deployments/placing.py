@@ -68,8 +68,11 @@ def for_cluster(
     cluster: Cluster, request: placement.PlacementRequest
 ) -> placement.PlacementRequest:
     """The request for the engine builds that run on the cluster's accelerators."""
-    engine = replace(request.engine, vendor=engine_vendor(cluster))
-    return replace(request, engine=engine)
+    return for_vendor(request, engine_vendor(cluster))
+
+
+def for_vendor(request: placement.PlacementRequest, vendor: str) -> placement.PlacementRequest:
+    return replace(request, engine=replace(request.engine, vendor=vendor))
 
 
 def fit_check(cluster: Cluster, request: placement.PlacementRequest) -> placement.PlanResult:
@@ -123,20 +126,36 @@ def write_reservation(cluster: Cluster, copy: Copy, placed: placement.Placement)
     machine = Machine.objects.get(cluster=cluster, name=placed.machine)
     for gpu in accelerator_rows(cluster, placed):
         Reservation.objects.create(
-            copy=copy,
-            machine=machine,
-            accelerator=gpu,
-            reserved_bytes=placed.allocated_bytes,
-            share=Decimal(str(round(placed.share, 4))),
+            copy=copy, machine=machine, accelerator=gpu, **reservation_size(placed)
         )
-    Copy.objects.filter(pk=copy.pk).update(
-        machine=machine,
-        allocated_bytes=placed.allocated_bytes,
-        gpu_memory_utilization=placed.gpu_memory_utilization,
-        hardware_class=placed.hardware_class,
-        sharing_class=placed.sharing_class,
-        pending_reason="",
-    )
+    Copy.objects.filter(pk=copy.pk).update(**copy_fields(placed, machine))
+
+
+def reservation_size(placed: placement.Placement) -> dict[str, Any]:
+    """What each Reservation row of a placement holds."""
+    return {
+        "reserved_bytes": placed.allocated_bytes,
+        "share": Decimal(str(round(placed.share, 4))),
+    }
+
+
+def copy_fields(placed: placement.Placement, machine: Machine) -> dict[str, Any]:
+    """What a copy records of where it was placed."""
+    return {
+        "machine": machine,
+        "allocated_bytes": placed.allocated_bytes,
+        "gpu_memory_utilization": placed.gpu_memory_utilization,
+        "hardware_class": placed.hardware_class,
+        "sharing_class": placed.sharing_class,
+        "pending_reason": "",
+    }
+
+
+def placed_words(placed: placement.Placement) -> str:
+    """The Event of a copy's move to COPYING_FILES: where it goes."""
+    where = f"{placed.machine} GPU {','.join(map(str, placed.accelerators))}"
+    where += f" (MIG {placed.slice})" if placed.slice else ""
+    return f"Placed on {where}."
 
 
 def reserve(deployment: Deployment, copies: list[Copy]) -> placement.PlanResult:

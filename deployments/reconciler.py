@@ -17,7 +17,7 @@ from django.utils import timezone
 from clusters.backends.base import ENGINE_GONE, RunningEngine
 from clusters.models import Cluster
 from clusters.registry import backend_for, install_id
-from deployments import launching, lifecycle, machine_files
+from deployments import launching, lifecycle, machine_files, placing_pass
 from deployments.choices import (
     COPY_HOLDS_NO_ROOM,
     COPY_MAY_HAVE_ENGINE,
@@ -168,11 +168,17 @@ def reconcile_all() -> None:
     active = list(
         Deployment.objects.filter(lifecycle.q_active_deployments())
         .order_by("created_at", "pk")
-        .only("pk", "state", "generation", "copies_wanted")
+        .only("pk", "state", "generation", "copies_wanted", "cluster_id")
     )
     counts = copy_counts_by_deployment([d.pk for d in active])
-    for deployment in active:  # oldest first: first come, first served for freed room
-        if is_settled(deployment, counts.get(deployment.pk, [])):
+    unsettled = [d for d in active if not is_settled(d, counts.get(d.pk, []))]
+    try:
+        placed = placing_pass.place_batches(unsettled, counts)
+    except Exception:  # the one-by-one way below still converges every deployment
+        log.exception("placing this pass's new copies together")
+        placed = set()
+    for deployment in unsettled:  # oldest first: first come, first served for freed room
+        if deployment.pk in placed:
             continue
         try:
             converge(deployment.pk)

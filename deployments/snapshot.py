@@ -11,7 +11,7 @@ from django.db.models import F, Prefetch, QuerySet
 
 import placement
 from clusters.models import Accelerator, Cluster, SharingClass
-from deployments.models import Reservation
+from deployments.models import Deployment, Reservation
 
 SHARING_BY_CLASS = {
     SharingClass.TIME_SLICED: placement.GpuSharing.TIME_SLICED,
@@ -66,18 +66,38 @@ def reservation_to_inventory(row: Reservation) -> placement.Reservation | None:
         bytes=row.reserved_bytes,
         share=float(row.share),
         slice=slice_id(gpu) if gpu.parent_id else None,
-        asked_share=asked_share(row),
+        asked_share=asked_share(float(row.asked), float(row.share)),  # see reservation_rows
         deployment=row.deployment_name,  # see reservation_rows: who holds it, for re-packing
         copy=row.ordinal,
         movable=row.movable,
     )
 
 
-def asked_share(row: Reservation) -> float | None:
+def placed_to_inventory(
+    placed: placement.Placement, deployment: Deployment, ordinal: int
+) -> tuple[placement.Reservation, ...]:
+    """What a placement about to be written holds, as reservation_to_inventory will read it
+    back: so that a batch of plans sees the copies planned before it."""
+    return tuple(
+        placement.Reservation(
+            machine=placed.machine,
+            accelerator=index,
+            bytes=placed.allocated_bytes,
+            share=round(placed.share, 4),  # as the row keeps it
+            slice=placed.slice_id,
+            asked_share=asked_share(float(deployment.accelerators_per_copy), placed.share),
+            deployment=deployment.name,
+            copy=ordinal,
+            movable=deployment.movable,
+        )
+        for index in placed.accelerators
+    )
+
+
+def asked_share(asked: float, share: float) -> float | None:
     """What a copy of less than one GPU asked for, where it holds a whole one (no sharing on
     its cluster): placement says when sharing would have made room (DESIGN §4)."""
-    asked = float(row.asked)  # see reservation_rows
-    return asked if asked < 1 and row.share == 1 else None
+    return asked if asked < 1 and share == 1 else None
 
 
 def inventory_for(cluster: Cluster) -> placement.Inventory:

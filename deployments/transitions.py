@@ -6,6 +6,7 @@ broadcasts on commit. An illegal transition raises and changes nothing.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import transaction
@@ -174,3 +175,110 @@ def move_copy_if_in(
         if not current or current[0] not in expected:
             return None
         return move_copy(copy_id, to, **kwargs)
+
+
+# --- many at once --------------------------------------------------------------------------
+# A reconciler pass may move a hundred copies and deployments: the same table and the same
+# Events, with one lock query, one insert of Events, one update and one broadcast per group.
+
+
+@dataclass(frozen=True)
+class Move:
+    """One row's state change in a batch: its id, the new state, the Event's words, and any
+    other fields to write with it."""
+
+    id: int
+    to: str
+    message: str = ""
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+def move_copies(moves: list[Move]) -> list[Copy]:
+    """Change many copies' states at once, each checked against the table like move_copy; an
+    illegal one raises and changes nothing."""
+    if not moves:
+        return []
+    with transaction.atomic():
+        locked = Copy.objects.select_for_update().select_related("deployment")
+        copies = {c.pk: c for c in locked.filter(pk__in=[m.id for m in moves]).order_by("pk")}
+        now = timezone.now()
+        events = []
+        for move in moves:
+            copy = copies[move.id]
+            check_allowed(COPY_TRANSITIONS, str(copy), copy.state, move.to)
+            events.append(copy_event(copy, move))
+            copy.state, copy.state_changed_at = move.to, now
+            for name, value in move.fields.items():
+                setattr(copy, name, value)
+        Event.create_many(events)
+        changed = {"state", "state_changed_at"} | {name for m in moves for name in m.fields}
+        with state_change_allowed():
+            Copy.objects.bulk_update([copies[m.id] for m in moves], sorted(changed))
+        for deployment_id in sorted({c.deployment_id for c in copies.values()}):
+            live.broadcast_on_commit(
+                live.deployment_group(deployment_id), "deployment", deployment_id
+            )
+    return [copies[m.id] for m in moves]
+
+
+def copy_event(copy: Copy, move: Move) -> Event:
+    return Event(
+        deployment=copy.deployment,
+        deployment_name=copy.deployment.name,
+        copy=copy,
+        kind=EventKind.STATE_CHANGE,
+        from_state=copy.state,
+        to_state=move.to,
+        message=move.message,
+        actor_name="system",
+    )
+
+
+def move_deployments(moves: list[Move]) -> list[Deployment]:
+    """Change many deployments' states at once, each as move_deployment would (table, Event,
+    notices owed); an illegal one raises and changes nothing."""
+    if not moves:
+        return []
+    with transaction.atomic():
+        locked = Deployment.objects.select_for_update()
+        rows = {d.pk: d for d in locked.filter(pk__in=[m.id for m in moves]).order_by("pk")}
+        now = timezone.now()
+        befores = {}
+        for move in moves:
+            deployment = rows[move.id]
+            check_allowed(
+                DEPLOYMENT_TRANSITIONS, f"Deployment {deployment.name}", deployment.state, move.to
+            )
+            befores[move.id] = deployment.state
+        events = Event.create_many([deployment_event(rows[m.id], m) for m in moves])
+        for move in moves:
+            deployment = rows[move.id]
+            deployment.state = move.to
+            deployment.last_message = move.message or deployment.last_message
+            deployment.last_checked_at = now
+            for name, value in move.fields.items():
+                setattr(deployment, name, value)
+        changed = {"state", "last_message", "last_checked_at"} | {
+            name for m in moves for name in m.fields
+        }
+        with state_change_allowed():
+            Deployment.objects.bulk_update([rows[m.id] for m in moves], sorted(changed))
+        for move, event in zip(moves, events, strict=True):
+            notifications.on_state_change(rows[move.id], befores[move.id], event)
+            group = live.deployment_group(move.id)
+            live.broadcast_on_commit(group, "deployment", move.id)
+        for move in moves:
+            live.broadcast_on_commit("deployments", "deployment", move.id)
+    return [rows[m.id] for m in moves]
+
+
+def deployment_event(deployment: Deployment, move: Move) -> Event:
+    return Event(
+        deployment=deployment,
+        deployment_name=deployment.name,
+        kind=EventKind.STATE_CHANGE,
+        from_state=deployment.state,
+        to_state=move.to,
+        message=move.message,
+        actor_name="system",
+    )

@@ -16,8 +16,11 @@ from deployments.models import Copy, Deployment, Event
 from deployments.transitions import (
     DEPLOYMENT_TRANSITIONS,
     IllegalTransition,
+    Move,
+    move_copies,
     move_copy,
     move_deployment,
+    move_deployments,
 )
 from tests import factories
 
@@ -219,3 +222,53 @@ def test_nothing_is_broadcast_when_the_change_rolls_back(red, listener):
     assert listener.receive(timeout=1.0) is None
     assert Deployment.objects.get(pk=deployment.pk).state == DeploymentState.REQUESTED
     assert not Event.objects.filter(deployment=deployment).exists()
+
+
+@pytest.mark.django_db
+def test_many_copies_move_at_once_each_with_its_event_and_team(red):
+    deployment = factories.make_deployment("many", red)
+    copies = [factories.make_copy(deployment, n) for n in range(3)]
+    moves = [Move(c.pk, CopyState.PENDING, f"wait {c.ordinal}", {"pending_reason": "no room"})
+             for c in copies]  # fmt: skip
+    move_copies(moves)
+    for copy in copies:
+        now = Copy.objects.get(pk=copy.pk)
+        assert (now.state, now.pending_reason) == (CopyState.PENDING, "no room")
+        event = Event.objects.get(copy=copy)
+        assert (event.from_state, event.to_state, event.message, event.team_id) == (
+            CopyState.REQUESTED,
+            CopyState.PENDING,
+            f"wait {copy.ordinal}",
+            red.pk,
+        )
+
+
+@pytest.mark.django_db
+def test_one_illegal_move_in_a_batch_refuses_the_whole_batch(red):
+    deployment = factories.make_deployment("batch", red)
+    fine, wrong = factories.make_copy(deployment, 0), factories.make_copy(deployment, 1)
+    with pytest.raises(IllegalTransition, match="cannot go from REQUESTED to READY"):
+        move_copies([Move(fine.pk, CopyState.PENDING), Move(wrong.pk, CopyState.READY)])
+    assert set(Copy.objects.values_list("state", flat=True)) == {CopyState.REQUESTED}
+    assert not Event.objects.exists()
+    other = factories.make_deployment("other", red)
+    with pytest.raises(IllegalTransition):
+        move_deployments([Move(deployment.pk, DeploymentState.DEPLOYING),
+                          Move(other.pk, DeploymentState.STOPPED)])  # fmt: skip
+    assert set(Deployment.objects.values_list("state", flat=True)) == {DeploymentState.REQUESTED}
+
+
+@pytest.mark.django_db
+def test_many_deployments_move_at_once_with_their_events_and_messages(red):
+    first, second = (factories.make_deployment(n, red) for n in ("first", "second"))
+    move_deployments([Move(first.pk, DeploymentState.DEPLOYING, "Placing."),
+                      Move(second.pk, DeploymentState.FAILED, "No room.")])  # fmt: skip
+    assert Deployment.objects.get(pk=first.pk).last_message == "Placing."
+    assert Deployment.objects.get(pk=second.pk).state == DeploymentState.FAILED
+    said = Event.objects.filter(deployment__in=[first, second]).values_list(
+        "deployment_name", "from_state", "to_state", "team_id"
+    )
+    assert sorted(said) == [
+        ("first", DeploymentState.REQUESTED, DeploymentState.DEPLOYING, red.pk),
+        ("second", DeploymentState.REQUESTED, DeploymentState.FAILED, red.pk),
+    ]
