@@ -62,8 +62,9 @@ class LogFollower:
 
     def __init__(self) -> None:
         self.read_until: dict[int, datetime | None] = {}
-        # An engine said it serves since the last look: look at once rather than at the tick.
-        self.heard_serving = False
+        # Copies whose engine said it serves since the last look: looked at once, not at the
+        # tick (only they: a hundred copies starting must not mean a hundred looks at all).
+        self.heard_serving: set[int] = set()
 
     def follow(self, backend: object, copy: Copy) -> None:
         if copy.process_id is None and not copy.pod_name:
@@ -77,7 +78,7 @@ class LogFollower:
         logs.write_lines(copy.deployment_id, lines)
         self.read_until[copy.pk] = records[-1].at
         if copy.state == CopyState.STARTING and any(says_serving(r.text) for r in records):
-            self.heard_serving = True
+            self.heard_serving.add(copy.pk)
 
     def forget_others(self, copies: list[Copy]) -> None:
         watched = {copy.pk for copy in copies}
@@ -198,11 +199,16 @@ def follow_logs_once(cluster_id: int, follower: LogFollower) -> list[Copy]:
     return copies
 
 
-def watch_once(cluster_id: int, follower: LogFollower | None = None) -> int:
-    """One look at a cluster: read new log lines, then apply what the backend observes.
+def watch_once(
+    cluster_id: int, follower: LogFollower | None = None, only: set[int] | None = None
+) -> int:
+    """One look at a cluster (or at the copies `only` names): read new log lines, then apply
+    what the backend observes.
 
     Logs are read first, so a copy that just exited is classified with its last lines."""
     copies = follow_logs_once(cluster_id, follower or LogFollower())
+    if only is not None:
+        copies = [copy for copy in copies if copy.pk in only]
     if not copies:
         return 0
     backend = backend_for(copies[0].deployment.cluster)
@@ -272,12 +278,12 @@ async def watch_cluster(cluster_id: int, stop: asyncio.Event) -> None:
             try:
                 await asyncio.to_thread(step, cluster_id, follower)
                 if follower.heard_serving and not looking:
-                    looking = True
-                    await asyncio.to_thread(watch_once, cluster_id, follower)
+                    serving, follower.heard_serving = follower.heard_serving, set()
+                    await asyncio.to_thread(watch_once, cluster_id, follower, serving)
             except Exception:  # a bad pass must not end the watch; the next one retries
                 log.exception("watching cluster %s", cluster_id)
             if looking:
-                follower.heard_serving = False
+                follower.heard_serving = set()
                 next_look = time.monotonic() + settings.WATCH_EVERY_S
             if time.monotonic() >= next_scrape:
                 next_scrape = time.monotonic() + settings.METRICS_EVERY_S
