@@ -38,5 +38,6 @@ def test_the_report_prints_the_gateways_figures_as_ratios_of_the_direct_baseline
     text = "\n".join(bench_gateway.lines(smoke_rows(), bench_gateway.SMOKE))
     print(text)
     assert "Targets: TTFT added < 2 ms at 1 and 16 streams" in text
+    assert "TTFT p99" in text and "p99 added <= 20 ms" in text
     through = [line for line in text.splitlines() if "gateway, own process" in line]
     assert len(through) == 2 and all(line.rstrip().endswith("%") for line in through)
