@@ -188,14 +188,16 @@ def copy_for_launch(copy: Copy, server_copy: ServerModel) -> FilesResult | None:
 
 
 def send_on_waiting(row: MachineFiles, but: int | None = None) -> None:
-    """Copies placed on the row's machine that waited for these files go on to start."""
+    """Copies placed on the row's machine that waited for these files start: the files were
+    just found there, so each goes straight to its launch (a claim and a look at the files
+    each, one after the other, made the eighth copy of a machine wait for seven)."""
     waiting = Copy.objects.filter(
         state=CopyState.COPYING_FILES,
         machine_id=row.machine_id,
         deployment__variant_id=row.variant_id,
     ).exclude(pk=but)
     for copy_id in waiting.values_list("pk", flat=True):
-        lifecycle.enqueue("prepare_copy", copy_id)
+        lifecycle.enqueue("launch_copy", copy_id)
 
 
 def being_copied() -> Exists:
