@@ -10,9 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from clusters.backends.ray.backend import DRIVER_SOCKET
+from clusters.backends.ray.backend import DRIVER_SOCKET, namespace_of
 from clusters.models import Cluster, ClusterKind
-from clusters.registry import state_dir
+from clusters.registry import install_id, state_dir
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -26,7 +26,11 @@ def start_if_ray(cluster_id: int) -> subprocess.Popen[bytes] | None:
     folder.mkdir(parents=True, exist_ok=True)
     socket = folder / DRIVER_SOCKET
     socket.unlink(missing_ok=True)  # one a dead driver left: the backend waits for the new one
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    env = {
+        **os.environ,
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "BERTH_RAY_NAMESPACE": namespace_of(install_id()),
+    }
     token = cluster.ray_token()
     if token:
         env["RAY_AUTH_TOKEN"] = token  # in the environment, never on the command line

@@ -11,16 +11,18 @@ import subprocess
 import sys
 import time
 from decimal import Decimal
+from pathlib import Path
 
 import httpx
 import pytest
 from django.core.management import call_command
 
+from clusters.backends.ray.backend import namespace_of
 from clusters.models import Cluster
 from console.models import ApiKey
 from deployments import actions
 from deployments.choices import DeploymentState
-from deployments.models import Copy, Deployment, LogLine, Reservation
+from deployments.models import Copy, Deployment, Event, LogLine, Reservation
 from tests.integration.test_lifecycle import host, reached
 from tests.processes import console_processes, gateway_server, wait_for
 
@@ -30,11 +32,12 @@ FAST = {"BERTH_RECONCILE_EVERY_S": "1", "BERTH_GATEWAY_REFRESH_S": "0.2"}
 SETTINGS = {"max_model_len": 4096}
 
 
-def ray_actors(dashboard: str) -> dict[str, object]:
-    """Berth's actors as Ray lists them: name → the actor."""
+def ray_actors(dashboard: str, state_dir: Path) -> dict[str, object]:
+    """The actors of the console whose state folder this is, as Ray lists them: name → actor."""
     from ray.util.state import list_actors
 
-    found = list_actors(address=dashboard, filters=[("ray_namespace", "=", "berth")],
+    namespace = namespace_of((state_dir / "install-id").read_text().strip())
+    found = list_actors(address=dashboard, filters=[("ray_namespace", "=", namespace)],
                         detail=True, raise_on_missing_output=False)  # fmt: skip
     by_name: dict[str, object] = {}
     for actor in found:
@@ -87,7 +90,7 @@ def test_copies_run_as_actors_on_the_planned_nodes_serve_through_the_gateway_and
         assert Deployment.objects.get(pk=huge.pk).last_error_code == "NoFitError"
 
         # Each copy is an actor of its own, alive on the node Berth planned.
-        actors = ray_actors(ray_cluster.dashboard)
+        actors = ray_actors(ray_cluster.dashboard, tmp_path)
         assert not [name for name in actors if name.startswith("huge-")]
         copies = list(Copy.objects.filter(deployment__in=[halves, pair]).select_related("machine"))
         assert len(copies) == 3
@@ -118,7 +121,7 @@ def test_copies_run_as_actors_on_the_planned_nodes_serve_through_the_gateway_and
     # The console restarts (its driver with it): the actors live on and are taken up again.
     with console_processes(tmp_path, **FAST), gateway_server(**FAST) as gateway:
         time.sleep(3)  # a few looks of the new watcher, through its new driver
-        again = ray_actors(ray_cluster.dashboard)
+        again = ray_actors(ray_cluster.dashboard, tmp_path)
         assert {name: again[name].actor_id for name in serving} == serving  # not restarted
         assert all(again[name].state == "ALIVE" for name in serving)
         assert set(
@@ -137,7 +140,7 @@ def test_copies_run_as_actors_on_the_planned_nodes_serve_through_the_gateway_and
         for deployment in (halves, pair):
             wait_for(reached(deployment, DeploymentState.STOPPED), 240, every=0.5,
                      what=f"{deployment.name} STOPPED")  # fmt: skip
-        after = ray_actors(ray_cluster.dashboard)
+        after = ray_actors(ray_cluster.dashboard, tmp_path)
         assert all(after[c.pod_name].state == "DEAD" for c in copies)
         assert not Reservation.objects.filter(machine__cluster=cluster).exists()
 
@@ -206,7 +209,7 @@ def test_an_engine_that_crashes_after_serving_is_restarted_by_ray_and_serves_aga
         wait_for(reached(crashy, DeploymentState.DEPLOYED), 180, every=0.5,
                  what="crashy DEPLOYED")  # fmt: skip
         copy = Copy.objects.get(deployment=crashy)
-        actor_id = ray_actors(ray_cluster.dashboard)[copy.pod_name].actor_id
+        actor_id = ray_actors(ray_cluster.dashboard, tmp_path)[copy.pod_name].actor_id
         (pid,) = engine_pids("crashy")
         subprocess.run(["kill", "-KILL", str(pid)], check=True)  # the engine dies after serving
 
@@ -218,7 +221,7 @@ def test_an_engine_that_crashes_after_serving_is_restarted_by_ray_and_serves_aga
                  what="DEPLOYED again")  # fmt: skip
         again = Copy.objects.get(pk=copy.pk)
         assert (again.state, again.pending_reason, again.last_error_code) == ("READY", "", "")
-        actor = ray_actors(ray_cluster.dashboard)[copy.pod_name]
+        actor = ray_actors(ray_cluster.dashboard, tmp_path)[copy.pod_name]
         assert (actor.actor_id, actor.state) == (actor_id, "ALIVE")  # the same actor, restarted
         assert engine_pids("crashy") != [pid]
         restarted = crashy.events.filter(copy=copy, to_state="STARTING").order_by("at").last()
@@ -228,3 +231,44 @@ def test_an_engine_that_crashes_after_serving_is_restarted_by_ray_and_serves_aga
         assert reply.json()["choices"][0]["message"]["content"]
         actions.stop(bob, crashy)
         wait_for(reached(crashy, DeploymentState.STOPPED), 120, every=0.5, what="STOPPED")
+
+
+OUTSIDE = """
+import sys, ray
+ray.init(address=sys.argv[1], namespace="berth-another-install", logging_level="WARNING")
+@ray.remote(num_cpus=0)
+class Other:
+    def ping(self):
+        return "up"
+other = Other.options(name="theirs-0-copy1", lifetime="detached").remote()
+print(ray.get(other.ping.remote()), flush=True)
+"""
+
+
+def test_an_actor_no_copy_owns_is_stopped_and_another_installs_are_not(
+    ray_cluster, tmp_path, bob, red
+):
+    call_command("load_catalog")
+    call_command("addcluster", "ray-sweep", "--kind", "ray", "--address", ray_cluster.address,
+                 "--gpu-memory", "H100=80", "--simulated-engines")  # fmt: skip
+    cluster = Cluster.objects.get(name="ray-sweep")
+    outside = subprocess.run([sys.executable, "-c", OUTSIDE, ray_cluster.address],
+                             capture_output=True, text=True, timeout=120, check=True)  # fmt: skip
+    assert outside.stdout.strip() == "up"
+    sweeping = {"BERTH_SWEEP_EVERY_S": "2", "BERTH_SWEEP_GRACE_S": "1"}
+    with console_processes(tmp_path, **FAST, **sweeping):
+        orphan = host(bob, red, cluster, "orphan", engine_settings=SETTINGS,
+                      accelerators_per_copy=Decimal("0.5"))  # fmt: skip
+        wait_for(reached(orphan, DeploymentState.DEPLOYED), 180, every=0.5, what="DEPLOYED")
+        name = Copy.objects.get(deployment=orphan).pod_name
+        Deployment.objects.filter(pk=orphan.pk).delete()  # its rows are gone; its actor is not
+        wait_for(lambda: ray_actors(ray_cluster.dashboard, tmp_path)[name].state == "DEAD", 120,
+                 every=1, what="the actor no copy owns stopped")  # fmt: skip
+        said = Event.objects.filter(message__startswith="Stopped an engine that no copy owns")
+        assert said.filter(deployment_name="orphan").exists()
+        time.sleep(3)  # a sweep or two more
+    from ray.util.state import list_actors
+
+    theirs = list_actors(address=ray_cluster.dashboard, raise_on_missing_output=False,
+                         filters=[("ray_namespace", "=", "berth-another-install")])  # fmt: skip
+    assert [(a.name, a.state) for a in theirs] == [("theirs-0-copy1", "ALIVE")]

@@ -71,6 +71,7 @@ class EngineCopy:
     ) -> None:
         import ray
 
+        self.started_at = time.time()  # for the sweep of actors no copy owns
         self.key = engine_key
         self.engine_port = free_port(LOOPBACK)
         self.relay_port = free_port("0.0.0.0")
@@ -153,6 +154,7 @@ class EngineCopy:
             "relay_port": self.relay_port,
             "pid": self.engine.pid,
             "healthy": self._healthy(),
+            "started_at": self.started_at,
         }
 
     def _healthy(self) -> bool:

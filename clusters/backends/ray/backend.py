@@ -11,6 +11,7 @@ node's address, checking the engine key.
 from __future__ import annotations
 
 import json
+import re
 import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -62,6 +63,15 @@ class RayCluster:
     state_dir: Path
     simulated_engines: bool = False
     token: str = field(default="", repr=False)
+
+
+def namespace_of(install_id: str) -> str:
+    """The Ray namespace of one install's actors."""
+    return f"berth-{install_id}"
+
+
+# What actor_name makes: "<deployment>-<ordinal>-copy<copy id>".
+ACTOR_NAME = re.compile(r"(?P<deployment>.+)-(?P<ordinal>\d+)-copy(?P<copy>\d+)")
 
 
 def actor_name(spec_or_handle: CopySpec | CopyHandle, deployment: str = "") -> str:
@@ -169,7 +179,23 @@ class RayBackend:
             self.ask("stop", name=handle.pod_name, timeout=90)
 
     def running_engines(self, install_id: str) -> list[RunningEngine]:
-        return []  # Berth's actors are found by name when their copies are observed
+        """This install's live actors (its driver lists its own namespace only)."""
+        listed = self.ask("running").get("actors", [])
+        now = datetime.now(UTC)
+        engines = []
+        for actor in listed:
+            named = ACTOR_NAME.fullmatch(actor.get("name") or "")
+            if named is None:
+                continue  # not a copy's actor
+            started = actor.get("started_at")
+            engines.append(
+                RunningEngine(
+                    CopyHandle(int(named["copy"]), pod_name=named[0], install_id=install_id),
+                    datetime.fromtimestamp(started, UTC) if started else now,
+                    named["deployment"],
+                )
+            )
+        return engines
 
     def observe(self, handles: Sequence[CopyHandle]) -> list[Observation]:
         named = [h for h in handles if h.pod_name]

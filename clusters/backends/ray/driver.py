@@ -19,7 +19,9 @@ import sys
 import threading
 from typing import Any
 
-NAMESPACE = "berth"
+# Berth's actors live in a Ray namespace of this install's own (see ray_driver.py), so that
+# two consoles on one Ray cluster never take each other's copies for their own.
+NAMESPACE = os.environ.get("BERTH_RAY_NAMESPACE", "berth")
 # Ray restarts an actor whose engine exited this many times before it is dead for good.
 RESTARTS = 3
 
@@ -214,6 +216,28 @@ def logs(request: dict[str, Any]) -> dict[str, Any]:
     return {"actor_id": found.actor_id, "lines": text.splitlines()}
 
 
+def running(_request: dict[str, Any]) -> dict[str, Any]:
+    """Berth's live actors in this install's namespace, with when each started (None where
+    it does not answer now: it is taken as new)."""
+    from ray.util.state import list_actors
+
+    actors = list_actors(
+        filters=[("ray_namespace", "=", NAMESPACE), ("state", "=", "ALIVE")],
+        raise_on_missing_output=False,
+    )
+    return {"actors": [{"name": a.name, "started_at": started_at(a.name)} for a in actors]}
+
+
+def started_at(name: str) -> float | None:
+    import ray
+
+    try:
+        status = ray.get(ray.get_actor(name, NAMESPACE).status.remote(), timeout=10)
+    except Exception:  # gone or restarting since it was listed
+        return None
+    return float(status["started_at"])
+
+
 def discover(_request: dict[str, Any]) -> dict[str, Any]:
     import ray
 
@@ -225,6 +249,7 @@ OPERATIONS = {
     "stop": stop,
     "observe": observe,
     "logs": logs,
+    "running": running,
     "discover": discover,
 }
 
