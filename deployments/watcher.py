@@ -29,7 +29,7 @@ from clusters.backends.base import (
     MetricSample,
     Observation,
 )
-from clusters.backends.logparse import root_cause_line, says_serving
+from clusters.backends.logparse import last_telling_line, says_serving
 from clusters.models import Cluster
 from clusters.registry import backend_for
 from console import heartbeats
@@ -147,8 +147,7 @@ def restarted_by_platform(copy: Copy, seen: Observation) -> None:
     """A serving copy whose engine exited and that the platform starts again itself: it leaves
     the gateway (STARTING) until its engine answers, with the platform's words and the
     engine's last line; the usual path back to READY follows."""
-    lines = logs.recent_engine_lines(copy, limit=50)
-    last = root_cause_line(lines) or (lines[-1] if lines else "")
+    last = last_telling_line(logs.recent_engine_lines(copy, limit=50))
     words = f"{seen.message}. Its last line: {last}" if last else seen.message
     moved = transitions.move_copy_if_in(
         copy.pk,

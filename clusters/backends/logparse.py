@@ -28,6 +28,8 @@ UVICORN_LINE = re.compile(r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+")
 EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b(:|$)")
 SUPERVISOR_LINE = "berth supervisor:"
 # What an engine prints once it accepts requests: vLLM's (Uvicorn's) and llama.cpp's server's.
+# Uvicorn's access line: '127.0.0.1:58256 - "GET /health HTTP/1.1" 200 OK'.
+ACCESS_LINE = re.compile(r'"(GET|POST|PUT|PATCH|DELETE|HEAD|OPTIONS) \S+ HTTP/[\d.]+" \d{3}')
 SERVING_LINE = re.compile(r"Application startup complete|server is listening on http")
 ONE_TICK = timedelta(microseconds=1)
 
@@ -109,6 +111,13 @@ def is_failure_line(text: str) -> bool:
     if VLLM_LINE.match(message):
         message = VLLM_LINE.sub("", message, count=1)
     return bool(EXCEPTION_LINE.match(message)) or message.startswith(SUPERVISOR_LINE)
+
+
+def last_telling_line(lines: list[str]) -> str:
+    """The line worth quoting of a log tail: its root cause, else its last line that is not a
+    request's access line (a health check's "GET /health 200" says nothing of the engine)."""
+    telling = [line for line in lines if not ACCESS_LINE.search(line)]
+    return root_cause_line(lines) or (telling[-1] if telling else "")
 
 
 def says_serving(text: str) -> bool:

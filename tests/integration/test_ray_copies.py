@@ -17,11 +17,11 @@ import httpx
 import pytest
 from django.core.management import call_command
 
-from clusters.backends.ray.backend import namespace_of
-from clusters.models import Cluster
+from clusters.backends.ray.backend import NODE_GONE, namespace_of
+from clusters.models import Cluster, Machine
 from console.models import ApiKey
 from deployments import actions
-from deployments.choices import DeploymentState
+from deployments.choices import CopyState, DeploymentState
 from deployments.models import Copy, Deployment, Event, LogLine, Reservation
 from tests.integration.test_lifecycle import host, reached
 from tests.processes import console_processes, gateway_server, wait_for
@@ -272,3 +272,45 @@ def test_an_actor_no_copy_owns_is_stopped_and_another_installs_are_not(
     theirs = list_actors(address=ray_cluster.dashboard, raise_on_missing_output=False,
                          filters=[("ray_namespace", "=", "berth-another-install")])  # fmt: skip
     assert [(a.name, a.state) for a in theirs] == [("theirs-0-copy1", "ALIVE")]
+
+
+L4_NODE = {"num_cpus": 1, "num_gpus": 2, "resources": {"accelerator_type:L4": 1}}
+
+
+def test_a_copy_whose_node_dies_leaves_it_and_waits_with_the_reason(
+    ray_cluster, tmp_path, bob, red
+):
+    # Only this node's GPUs have a known memory: Berth places there, and nowhere else after.
+    node = ray_cluster.cluster.add_node(**L4_NODE)
+    ray_cluster.cluster.wait_for_nodes()
+    call_command("load_catalog")
+    call_command("addcluster", "ray-l4", "--kind", "ray", "--address", ray_cluster.address,
+                 "--gpu-memory", "L4=24", "--simulated-engines")  # fmt: skip
+    cluster = Cluster.objects.get(name="ray-l4")
+    with console_processes(tmp_path, **FAST, BERTH_REFRESH_EVERY_S="2"):
+        lonely = host(bob, red, cluster, "lonely", engine_settings=SETTINGS)
+        wait_for(reached(lonely, DeploymentState.DEPLOYED), 180, every=0.5, what="DEPLOYED")
+        copy = Copy.objects.select_related("machine").get(deployment=lonely)
+        assert copy.machine.accelerators.first().product == "L4"
+        ray_cluster.cluster.remove_node(node)  # the machine goes away
+
+        def waits_with_the_reason() -> bool:
+            now = Copy.objects.get(pk=copy.pk)
+            return now.state == CopyState.PENDING and bool(now.pending_reason)
+
+        try:
+            wait_for(waits_with_the_reason, 120, every=0.5, what="the copy waiting, saying why")
+        except AssertionError as late:
+            raise AssertionError(f"{late}: {described(lonely)}") from None
+        gone = f"Its machine {copy.machine.name} is no longer reported; placing it again."
+        assert lonely.events.filter(copy=copy, message=gone).exists()
+        assert lonely.events.filter(copy=copy, to_state="STARTING",
+                                    message__startswith=NODE_GONE).exists()  # fmt: skip
+        assert not Machine.objects.get(pk=copy.machine_id).ready
+        assert not Reservation.objects.filter(copy=copy).exists()  # its room is not held
+        assert Deployment.objects.get(pk=lonely.pk).state != DeploymentState.DEPLOYED
+        actions.stop(bob, lonely)
+        try:
+            wait_for(reached(lonely, DeploymentState.STOPPED), 120, every=0.5, what="STOPPED")
+        except AssertionError as late:
+            raise AssertionError(f"{late}: {described(lonely)}") from None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from clusters.backends.logparse import says_serving
+from clusters.backends.logparse import last_telling_line, says_serving
 
 
 @pytest.mark.parametrize(
@@ -30,3 +30,14 @@ def test_the_start_up_lines_of_vllm_and_llama_cpp_say_serving(line):
 )
 def test_lines_before_serving_or_of_a_failed_start_do_not(line):
     assert not says_serving(line)
+
+
+def test_the_line_quoted_is_the_root_cause_else_the_last_that_is_not_a_request():
+    tail = [
+        "INFO 12-05 14:45:06 [loader.py:1] Loading weights",
+        'INFO:     127.0.0.1:58256 - "GET /health HTTP/1.1" 200 OK',
+    ]
+    assert last_telling_line(tail) == tail[0]
+    crashed = [*tail, "torch.OutOfMemoryError: CUDA out of memory.", "Engine core failed"]
+    assert last_telling_line(crashed) == "torch.OutOfMemoryError: CUDA out of memory."
+    assert last_telling_line(tail[1:]) == ""

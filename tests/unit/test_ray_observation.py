@@ -5,7 +5,7 @@ the same states on a real Ray cluster)."""
 from __future__ import annotations
 
 from clusters.backends.base import INFEASIBLE, RESTARTING, CopyHandle
-from clusters.backends.ray.backend import NO_ROOM, observation
+from clusters.backends.ray.backend import NO_ROOM, NODE_GONE, observation
 from deployments.choices import ErrorCode
 from deployments.models import Copy
 from deployments.watcher import failure_of
@@ -59,3 +59,9 @@ def test_a_restarted_actor_whose_engine_does_not_answer_yet_is_still_ray_trying_
     healthy = observation(HANDLE, {"group": "CREATED", "actor": "ALIVE", "restarts": 1,
                                    "status": {**status, "healthy": True}})  # fmt: skip
     assert healthy.status == "ready"
+
+
+def test_a_group_whose_node_died_is_not_a_no_fit_but_ray_trying_again():
+    seen = observation(HANDLE, {"group": "RESCHEDULING", "scheduling": "INFEASIBLE",
+                                "actor": "RESTARTING", "restarts": 0})  # fmt: skip
+    assert (seen.status, seen.reason, seen.message) == ("waiting", RESTARTING, NODE_GONE)

@@ -237,6 +237,11 @@ class RayBackend:
 def observation(handle: CopyHandle, seen: dict[str, Any]) -> Observation:
     """What Ray and the engine say of one copy, in the console's words."""
     copy_id, actor = handle.copy_id, seen.get("actor")
+    if seen.get("group") == "RESCHEDULING":
+        # Its node left the cluster: Ray tries to place the group again (pinned to that node,
+        # it cannot). The copy stops serving; the lost machine's copies are placed again by
+        # the reconciler once discovery no longer reports the node.
+        return Observation(copy_id, "waiting", reason=RESTARTING, message=NODE_GONE)
     if seen.get("scheduling") == "INFEASIBLE":
         # Berth's plan placed it, so this is a disagreement between the two: the copy fails
         # with Ray's words rather than waiting for room that will never come.
@@ -278,6 +283,9 @@ def observation(handle: CopyHandle, seen: dict[str, Any]) -> Observation:
             f"ray-{str(status.get('node_id', ''))[:16]}-{gpu}" for gpu in status.get("gpu_ids", [])
         ),
     )
+
+
+NODE_GONE = "Its Ray node is gone; Ray is trying to place it again"
 
 
 def death_words(cause: Any) -> str:

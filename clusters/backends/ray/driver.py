@@ -129,10 +129,12 @@ def stop(request: dict[str, Any]) -> dict[str, Any]:
     except ValueError:
         handle = None
     if handle is not None:
-        try:
-            ray.get(handle.stop.remote(), timeout=30)
-        except Exception:  # dead or restarting already: it is killed below all the same
-            pass
+        live = current_actor(name)
+        if live is not None and live.state == "ALIVE":  # one restarting cannot answer: killed
+            try:
+                ray.get(handle.stop.remote(), timeout=30)
+            except Exception:  # died meanwhile: it is killed below all the same
+                pass
         ray.kill(handle, no_restart=True)
     try:
         group = get_placement_group(name)
