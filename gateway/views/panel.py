@@ -10,9 +10,11 @@ from typing import Any
 from django.http import HttpRequest
 from django.utils import timezone
 
+from clusters.models import ClusterKind
 from deployments.choices import CopyState
 from deployments.models import Deployment
 from gateway import conf
+from gateway.directory import upstream_url
 from gateway.models import MinuteFigures
 from placement.words import per_second, percent
 
@@ -28,16 +30,25 @@ SPARK_WIDTH, SPARK_HEIGHT = 120, 24
 
 def endpoints(request: HttpRequest, deployment: Deployment) -> dict[str, Any]:
     """The gateway's address and the names this deployment answers to, once a copy serves."""
-    serves = deployment.copies.filter(state=CopyState.READY).exists()  # type: ignore[attr-defined]
+    serving = deployment.copies.filter(state=CopyState.READY)  # type: ignore[attr-defined]
     names = [deployment.name] + ([deployment.chat_name] if deployment.chat_name else [])
     address = conf.gateway_url(request.scheme or "http", request.get_host())
     return {
-        "serves": serves,
+        "serves": serving.exists(),
+        "relays": relays(deployment, serving),
         "address": address,
         "names": names,
         "example": example_request(address, names[-1], deployment.model.encoder_only),
         "limits": limits_words(),
     }
+
+
+def relays(deployment: Deployment, serving: Any) -> list[str]:
+    """Where the gateway reaches a Ray deployment's copies: each copy's relay on its node's
+    address (said on the page, since that address must be reachable from the console)."""
+    if deployment.cluster.kind != ClusterKind.RAY:
+        return []
+    return [upstream_url(copy) for copy in serving.select_related("deployment__cluster", "machine")]
 
 
 def limits_words() -> str:

@@ -16,6 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 from django.core.management import call_command
+from django.test import Client
+from django.urls import reverse
 
 from clusters.backends.ray.backend import NODE_GONE, namespace_of
 from clusters.models import Cluster, Machine
@@ -114,6 +116,11 @@ def test_copies_run_as_actors_on_the_planned_nodes_serve_through_the_gateway_and
         host_address = one.machine.name.rsplit("-", 1)[0]
         bare = httpx.get(f"http://{host_address}:{one.port}/metrics", timeout=10)
         assert bare.status_code == 401
+        # The deployment's page says where the gateway reaches its copies.
+        page = Client()
+        page.force_login(bob)
+        endpoints = page.get(reverse("deployment_detail", args=[one.deployment_id]))
+        assert f"http://{host_address}:{one.port}" in endpoints.content.decode()
         wait_for(lambda: LogLine.objects.filter(copy=one, stream="engine").exists(), 120,
                  what="the engine's lines from Ray")  # fmt: skip
         serving = {c.pod_name: actors[c.pod_name].actor_id for c in copies}
