@@ -13,7 +13,10 @@ the same generator, 0.6 B parameters), where the weights are most of the budget.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import time
+from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 
@@ -62,10 +65,23 @@ def vllm_variant(name: str, tmp_path: Path, settings) -> Variant:
     return model.variants.get(engine="vllm")
 
 
+@pytest.fixture
+def models_home() -> Iterator[Path]:
+    """The model's folder, outside /tmp/pytest-of-<user>: a pytest run started meanwhile (a
+    developer's, beside CI) sets that folder back to 0700, and the engine's own user could no
+    longer enter it."""
+    folder = Path(tempfile.mkdtemp(prefix="berth-bench-models-"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 @pytest.mark.parametrize(("name", "share"), MODELS)
-def test_the_cpu_builds_whole_memory_is_its_budget(name, share, tmp_path, settings, capsys):
+def test_the_cpu_builds_whole_memory_is_its_budget(
+    name, share, tmp_path, models_home, settings, capsys
+):
     settings.STATE_DIR = tmp_path / "state"
-    variant = vllm_variant(name, tmp_path, settings)
+    variant = vllm_variant(name, models_home, settings)
     deployment = factories.make_deployment(
         "cpu-memory",
         factories.make_team("red"),
