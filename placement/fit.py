@@ -37,8 +37,11 @@ from placement.units import (
     CopyNeed,
     GpuState,
     Kind,
+    MachineShape,
     MachineState,
     Mode,
+    Room,
+    RoomGroup,
     Rules,
     SliceState,
     StaticKey,
@@ -63,9 +66,9 @@ def plan(inventory: Inventory, request: PlacementRequest) -> PlanResult:
     need = CopyNeed.of(request, estimate.total_bytes)
     state = build_state(inventory)
     rules = Rules(need, state.static_keys)
-    candidates = eligible_units(state, request)
-    summary = CandidateSummary.of(candidates, state.static_keys)
-    placer = Placer(state, candidates, rules, request.policy)
+    usable = usable_types(state, request)
+    summary = CandidateSummary.of(state, usable)
+    placer = Placer(state, usable, rules, request.policy)
     placed = placer.place(request.copies)
     return PlanResult(
         estimate=estimate,
@@ -78,19 +81,19 @@ def plan(inventory: Inventory, request: PlacementRequest) -> PlanResult:
     )
 
 
-def eligible_units(state: ClusterState, request: PlacementRequest) -> list[GpuState]:
-    """Units whose vendor and versions the engine accepts (checked once per kind of card)."""
+def usable_types(state: ClusterState, request: PlacementRequest) -> list[bool]:
+    """Per unit type (by number), whether the engine accepts its vendor and versions (checked
+    once per kind of card)."""
     verdicts: dict[tuple[str, str | None, str | None], bool] = {}
-    chosen = []
-    for gpu in state.gpus:
-        accelerator = gpu.accelerator
+    usable = []
+    for unit_type in state.types:
+        accelerator = unit_type.accelerator
         card = (accelerator.vendor, accelerator.compute_capability, accelerator.driver)
         verdict = verdicts.get(card)
         if verdict is None:
             verdict = verdicts[card] = eligible(accelerator, request)
-        if verdict:
-            chosen.append(gpu)
-    return chosen
+        usable.append(verdict)
+    return usable
 
 
 @dataclasses.dataclass
@@ -106,14 +109,23 @@ class CandidateSummary:
     machines: Counter[tuple[int, ...]]  # static ids of a machine's tensor-parallel GPUs -> machines
 
     @classmethod
-    def of(cls, candidates: list[GpuState], static_keys: list[StaticKey]) -> CandidateSummary:
-        units = Counter(gpu.static_id for gpu in candidates)
-        per_machine: dict[str, list[int]] = {}
-        for gpu in candidates:
-            if gpu.kind in TENSOR_PARALLEL_KINDS:
-                per_machine.setdefault(gpu.machine.name, []).append(gpu.static_id)
-        machines = Counter(tuple(sorted(ids)) for ids in per_machine.values())
-        return cls(static_keys, units, machines)
+    def of(cls, state: ClusterState, usable: list[bool]) -> CandidateSummary:
+        units: Counter[int] = Counter()
+        for unit_type in state.types:
+            if usable[unit_type.number]:
+                units[unit_type.static_id] += unit_type.units
+        machines: Counter[tuple[int, ...]] = Counter()
+        for shape in state.shapes:
+            ids = tuple(
+                sorted(
+                    unit_type.static_id
+                    for unit_type in shape.types
+                    if usable[unit_type.number] and unit_type.kind in TENSOR_PARALLEL_KINDS
+                )
+            )
+            if ids:
+                machines[ids] += shape.machines
+        return cls(state.static_keys, units, machines)
 
     def count_fit_empty(self, rules: Rules, kinds: Iterable[Kind] = tuple(Kind)) -> int:
         n = rules.need.tensor_parallel
@@ -135,23 +147,41 @@ class CandidateSummary:
 
 # --- placing ---------------------------------------------------------------------------------
 
+# What the policy orders units by on their own room: (tier, waste) for binpack, (copies, waste)
+# for spread. Every unit of a group has the same.
+RoomOrder = tuple[int, int]
+# A unit in the heap: its key (UnitKey), its machine's version when pushed, the machine and the
+# unit's position there. One flat tuple: a plan may push thousands.
+UnitEntry = tuple[int, int, int, str, int, int, MachineState, int]
+
 
 class Placer:
-    """Counts what fits now and places copies in the policy's order, changing the state."""
+    """Counts what fits now and places copies in the policy's order, changing the state.
+
+    It counts and orders groups of units with the same room rather than units: a group's units
+    take the same copies and share the policy's order on their room, so a group's units enter
+    the heap of units only once the least key any of them can have comes first. The state must
+    be fresh: a unit becomes a GpuState of its own only when the placer puts a copy on it.
+    """
 
     def __init__(
-        self, state: ClusterState, candidates: list[GpuState], rules: Rules, policy: Policy
+        self, state: ClusterState, usable: list[bool], rules: Rules, policy: Policy
     ) -> None:
-        self.state, self.candidates, self.rules, self.policy = state, candidates, rules, policy
+        self.state, self.usable, self.rules, self.policy = state, usable, rules, policy
         self.need = rules.need
         self.binpack = policy is Policy.BINPACK
         if self.need.tensor_parallel > 1:
-            self.free_by_machine = free_whole_gpus_by_machine(candidates, rules)
+            self.free_by_machine = free_whole_gpus_by_machine(state, usable, rules)
             n = self.need.tensor_parallel
-            self.fit_now = sum(len(gpus) // n for gpus in self.free_by_machine.values())
+            self.fit_now = sum(len(free) // n for _, free in self.free_by_machine.values())
         else:
-            self.fit = [copies_that_fit(gpu, rules.of(gpu)) for gpu in candidates]
-            self.fit_now = sum(self.fit)
+            self.groups = [
+                group
+                for group in state.groups
+                if group.count and usable[group.unit_type.number] and self._fits(group)
+            ]
+            self.fit_now = sum(group.count * self._fits(group) for group in self.groups)
+        self.expanded: set[int] = set()  # groups whose units have entered the heap
 
     def place(self, copies: int) -> list[Placement]:
         count = min(copies, self.fit_now)
@@ -161,52 +191,99 @@ class Placer:
             return self._place_tensor_parallel(count)
         return self._place_on_units(count)
 
-    def _key(self, gpu: GpuState) -> UnitKey:
-        machine = gpu.machine
-        waste = self._waste(gpu, self.rules.by_id[gpu.static_id])
+    def _fits(self, room: Room) -> int:
+        return copies_that_fit(room, self.rules.of(room))
+
+    def _room_order(self, room: Room) -> RoomOrder:
+        waste = self._waste(room, self.rules.of(room))
         if self.binpack:
             # Units that cost no whole GPU first (partly used ones, MIG slices, MPS replicas),
-            # the tightest fit next (the smallest MIG slice that holds it), then machines with
-            # the fewest untouched GPUs: whole GPUs and machines stay free for large models.
-            tier = 0 if gpu.never_whole or gpu.copies else 1
-            return tier, waste, machine.untouched, machine.name, gpu.index
-        # Spread: machines with fewer of this request's copies first, then the least busy unit.
-        return machine.placed, gpu.copies, waste, machine.name, gpu.index
+            # then the tightest fit (the smallest MIG slice that holds it).
+            return (0 if room.never_whole or room.copies else 1), waste
+        return room.copies, waste  # spread: the least busy unit
 
-    def _waste(self, gpu: GpuState, rule: UnitRule) -> int:
+    def _entry(self, order: RoomOrder, machine: MachineState, position: int) -> UnitEntry:
+        index = machine.shape.indices[position][0]
+        version = machine.version
+        if self.binpack:
+            # After the room: machines with the fewest untouched GPUs, so that whole GPUs and
+            # machines stay free for large models.
+            first, second, third = order[0], order[1], machine.untouched
+        else:
+            # Spread: machines with fewer of this request's copies first, then the room.
+            first, second, third = machine.placed, order[0], order[1]
+        return first, second, third, machine.name, index, version, machine, position
+
+    def _least_key(self, order: RoomOrder) -> UnitKey:
+        """The least key a unit with this room can have: its machine's counts at their least,
+        and a name and index before any."""
+        if self.binpack:
+            return order[0], order[1], -1, "", -1
+        return 0, order[0], order[1], "", -1
+
+    def _waste(self, room: Room, rule: UnitRule) -> int:
         """Bytes of the unit the copy would leave unused: smaller is a tighter fit."""
         if rule.by_slice:
-            mig_slice = first_free_slice(gpu, rule)
+            mig_slice = first_free_slice(room, rule)
             return (mig_slice.memory if mig_slice else 0) - self.need.estimate_bytes
         if rule.whole:
-            return gpu.memory - self.need.estimate_bytes
-        return gpu.free_bytes - rule.room_bytes
+            return room.memory - self.need.estimate_bytes
+        return room.free_bytes - rule.room_bytes
 
     def _place_on_units(self, count: int) -> list[Placement]:
-        is_candidate = [False] * len(self.state.gpus)
-        heap = []
-        for gpu, fit in zip(self.candidates, self.fit, strict=True):
-            is_candidate[gpu.uid] = True
-            if fit:
-                heap.append((self._key(gpu), gpu.uid, gpu.version))
-        heapq.heapify(heap)
+        groups = [
+            (self._least_key(self._room_order(group)), group.number, group) for group in self.groups
+        ]
+        heapq.heapify(groups)
+        units: list[UnitEntry] = []
         placements: list[Placement] = []
-        while heap and len(placements) < count:
-            _, uid, version = heapq.heappop(heap)
-            gpu = self.state.gpus[uid]
-            rule = self.rules.of(gpu)
-            if version != gpu.version or not copies_that_fit(gpu, rule):
+        while len(placements) < count:
+            # Every unit not in the heap yet is in a group whose least key comes after the
+            # heap's first: the first entry that is still valid is the unit to take.
+            while groups and (not units or groups[0][0] <= units[0][:5]):  # [:5]: its key
+                self._expand(heapq.heappop(groups)[2], units)
+            if not units:
+                break
+            *_, version, machine, position = heapq.heappop(units)
+            room = self.state.room(machine, position)
+            if version != machine.version or not self._fits(room):
                 continue  # a stale entry: the unit was re-keyed or filled since
-            placements.append(self._take(gpu, rule, len(placements) + 1))
-            # The unit and its machine's counters changed: re-key every unit of that machine.
-            for neighbour_uid in gpu.machine.units:
-                neighbour = self.state.gpus[neighbour_uid]
-                if is_candidate[neighbour_uid]:
-                    neighbour.version += 1
-                    if copies_that_fit(neighbour, self.rules.of(neighbour)):
-                        entry = (self._key(neighbour), neighbour.uid, neighbour.version)
-                        heapq.heappush(heap, entry)
+            gpu = self.state.gpu(machine, position)
+            placements.append(self._take(gpu, self.rules.of(gpu), len(placements) + 1))
+            self._rekey(machine, units)
         return placements
+
+    def _expand(self, group: RoomGroup, units: list[UnitEntry]) -> None:
+        """Put the group's units on the heap of units."""
+        self.expanded.add(group.number)
+        order = self._room_order(group)
+        if group.pristine:
+            # One unit per machine: the machine's others of the type differ only by a larger
+            # index, so they come after it, and enter when it is taken (the machine is re-keyed).
+            for machine in self.state.machines:
+                positions = self.state.pristine_positions(machine, group.unit_type)
+                if positions:
+                    units.append(self._entry(order, machine, positions[0]))
+        else:
+            rooms = self.state.rooms
+            for machine, position in zip(group.machines, group.positions, strict=True):
+                # Not one that has moved on (to the room of a later reservation, or its own).
+                if rooms[machine.first_uid + position] is group:
+                    units.append(self._entry(order, machine, position))
+        heapq.heapify(units)
+
+    def _rekey(self, machine: MachineState, units: list[UnitEntry]) -> None:
+        """A copy was put on the machine: its units' keys changed (the machine's counts, and
+        the unit's room). Their entries are stale now; push new ones."""
+        machine.version += 1
+        for position, unit_type in enumerate(machine.shape.types):
+            if not self.usable[unit_type.number]:
+                continue
+            room = self.state.room(machine, position)
+            if isinstance(room, RoomGroup) and room.number not in self.expanded:
+                continue  # its units enter the heap with their group
+            if self._fits(room):
+                heapq.heappush(units, self._entry(self._room_order(room), machine, position))
 
     def _take(self, gpu: GpuState, rule: UnitRule, copy: int) -> Placement:
         """Put one copy on the unit and say where it went."""
@@ -243,17 +320,22 @@ class Placer:
         """Each copy takes n untouched GPUs of one machine (no multi-node tensor parallelism)."""
         n = self.need.tensor_parallel
         free = self.free_by_machine
-        machines = {name: gpus[0].machine for name, gpus in free.items()}
-        heap = [(self._machine_key(machines[name], len(gpus)), name) for name, gpus in free.items()]
-        heap = [entry for entry in heap if len(free[entry[1]]) >= n]
+        heap = [
+            (self._machine_key(machine, len(positions)), name)
+            for name, (machine, positions) in free.items()
+            if len(positions) >= n
+        ]
         heapq.heapify(heap)
         placements: list[Placement] = []
         while heap and len(placements) < count:
             _, name = heapq.heappop(heap)
-            gpus, free[name] = free[name][:n], free[name][n:]
+            machine, positions = free[name]
+            taken, rest = positions[:n], positions[n:]
+            free[name] = machine, rest
+            gpus = [self.state.gpu(machine, position) for position in taken]
             placements.append(self._take_whole_gpus(gpus, len(placements) + 1))
-            if len(free[name]) >= n:
-                heapq.heappush(heap, (self._machine_key(machines[name], len(free[name])), name))
+            if len(rest) >= n:
+                heapq.heappush(heap, (self._machine_key(machine, len(rest)), name))
         return placements
 
     def _take_whole_gpus(self, gpus: list[GpuState], copy: int) -> Placement:
@@ -278,16 +360,33 @@ class Placer:
 
 
 def free_whole_gpus_by_machine(
-    candidates: Iterable[GpuState], rules: Rules
-) -> dict[str, list[GpuState]]:
-    """Untouched GPUs that hold one tensor-parallel shard, per machine, smallest first."""
-    free: dict[str, list[GpuState]] = {}
-    for gpu in candidates:
-        if gpu.kind in TENSOR_PARALLEL_KINDS and gpu.untouched and rules.of(gpu).holds:
-            free.setdefault(gpu.machine.name, []).append(gpu)
-    for gpus in free.values():
-        gpus.sort(key=lambda gpu: (gpu.memory, gpu.accelerator.index))
+    state: ClusterState, usable: list[bool], rules: Rules
+) -> dict[str, tuple[MachineState, list[int]]]:
+    """Untouched GPUs that hold one tensor-parallel shard, per machine name: the machine and
+    the GPUs' positions, smallest first."""
+    holding = [
+        usable[t.number] and t.kind in TENSOR_PARALLEL_KINDS and rules.of(t.pristine).holds
+        for t in state.types
+    ]
+    # What the machines of one shape offer with nothing on them (shared: never changed in place).
+    by_shape: dict[MachineShape, list[int]] = {}
+    free: dict[str, tuple[MachineState, list[int]]] = {}
+    for machine in state.machines:
+        shape = machine.shape
+        offered = by_shape.get(shape)
+        if offered is None:
+            offered = by_shape[shape] = _smallest_first(shape, holding)
+        if machine.untouched < len(shape.types):  # something is on it: look GPU by GPU
+            offered = [p for p in offered if state.room(machine, p).untouched]
+        if offered:
+            free[machine.name] = machine, offered
     return free
+
+
+def _smallest_first(shape: MachineShape, holding: list[bool]) -> list[int]:
+    """The shape's units whose type holds a shard, by (memory, index)."""
+    positions = [p for p, unit_type in enumerate(shape.types) if holding[unit_type.number]]
+    return sorted(positions, key=lambda p: (shape.types[p].memory, shape.indices[p][0]))
 
 
 def _count_copy(gpu: GpuState) -> None:

@@ -1,23 +1,28 @@
 """Why a copy does not fit, with the numbers and the fix, in words an operator understands.
 
 `explain` looks at the state left after the copies that did fit were placed, and picks the
-first reason that holds, from the most basic (wrong kind of card) to plain lack of room.
+first reason that holds, from the most basic (wrong kind of card) to plain lack of room. It
+looks at kinds of units (UnitType) and at the rooms units have now (ClusterState.rooms_now),
+not GPU by GPU: only to name a GPU does it go through the machines, in name order.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from placement.types import Estimate, NoFitReason, PlacementRequest
+from placement.types import Accelerator, Estimate, NoFitReason, PlacementRequest
 from placement.units import (
     SHARE_SCALE,
     TENSOR_PARALLEL_KINDS,
     UNIFIED_RESERVE_BYTES,
     ClusterState,
     CopyNeed,
-    GpuState,
     Kind,
+    MachineState,
     Mode,
+    Room,
+    UnitType,
     at_least,
     engine_share,
     holds,
@@ -29,11 +34,13 @@ from placement.units import (
 )
 from placement.words import gib
 
+Unit = tuple[MachineState, int]  # a unit: its machine and its position there
 
-def where(gpu: GpuState) -> str:
-    if gpu.kind is Kind.UNIFIED:
-        return gpu.machine.name
-    return f"{gpu.machine.name} GPU {gpu.accelerator.index}"
+
+def where(machine: MachineState, position: int) -> str:
+    if machine.shape.types[position].kind is Kind.UNIFIED:
+        return machine.name
+    return f"{machine.name} GPU {machine.shape.indices[position][0]}"
 
 
 def explain(
@@ -41,18 +48,17 @@ def explain(
 ) -> tuple[NoFitReason, str]:
     """The reason the next copy of the request does not fit now, and its message."""
     vendor = request.engine.vendor
-    same_vendor = [gpu for gpu in state.gpus if gpu.accelerator.vendor == vendor]
+    same_vendor = [t for t in state.types if t.accelerator.vendor == vendor]
     if not same_vendor:
         return NoFitReason.VENDOR_MISMATCH, vendor_mismatch(state, vendor)
-    new_enough = _new_enough(same_vendor, request)
+    new_enough = [t for t in same_vendor if meets_versions(t.accelerator, request)]
     if not new_enough:
-        return NoFitReason.ACCEL_VERSION_UNMET, accel_version_unmet(same_vendor, request)
+        return NoFitReason.ACCEL_VERSION_UNMET, accel_version_unmet(state, same_vendor, request)
     if need.tensor_parallel > 1:
-        return _explain_tensor_parallel(new_enough, request, estimate, need)
-    modes = {kind: mode_for(kind, need) for kind in Kind}
-    usable = [gpu for gpu in new_enough if modes[gpu.kind] is not None]
-    room = RoomFacts.of(usable, request, estimate, need)
-    if all(gpu.kind is Kind.UNIFIED for gpu in usable):
+        return _explain_tensor_parallel(state, new_enough, request, estimate, need)
+    usable = [t for t in new_enough if mode_for(t.kind, need) is not None]
+    room = RoomFacts.of(state, usable, request, estimate, need)
+    if all(t.kind is Kind.UNIFIED for t in usable):
         return NoFitReason.INSUFFICIENT_SYSTEM_MEMORY, insufficient_system_memory(room)
     sharing_would_help = _gpu_with_room_if_shared(state, usable, need)
     if sharing_would_help is not None:
@@ -61,64 +67,83 @@ def explain(
     return NoFitReason.INSUFFICIENT_CAPACITY, insufficient_capacity(room)
 
 
-def _new_enough(gpus: list[GpuState], request: PlacementRequest) -> list[GpuState]:
-    """The GPUs whose versions the engine accepts, checked once per kind of card."""
-    verdicts: dict[tuple[str | None, str | None], bool] = {}
-    for gpu in gpus:
-        card = (gpu.accelerator.compute_capability, gpu.accelerator.driver)
-        if card not in verdicts:
-            verdicts[card] = meets_versions(gpu.accelerator, request)
-    return [g for g in gpus if verdicts[(g.accelerator.compute_capability, g.accelerator.driver)]]
-
-
 def _explain_tensor_parallel(
-    new_enough: list[GpuState], request: PlacementRequest, estimate: Estimate, need: CopyNeed
+    state: ClusterState,
+    new_enough: list[UnitType],
+    request: PlacementRequest,
+    estimate: Estimate,
+    need: CopyNeed,
 ) -> tuple[NoFitReason, str]:
-    capable = [gpu for gpu in new_enough if gpu.kind in TENSOR_PARALLEL_KINDS]
+    capable = [t for t in new_enough if t.kind in TENSOR_PARALLEL_KINDS]
+    numbers = {t.number for t in capable}
     total: dict[str, int] = {}
     free: dict[str, int] = {}
-    for gpu in capable:
-        total[gpu.machine.name] = total.get(gpu.machine.name, 0) + 1
-        free[gpu.machine.name] = free.get(gpu.machine.name, 0) + int(gpu.untouched)
+    for machine in state.machines:
+        positions = [p for p, t in enumerate(machine.shape.types) if t.number in numbers]
+        if positions:
+            total[machine.name] = len(positions)
+            free[machine.name] = sum(1 for p in positions if state.room(machine, p).untouched)
     if max(free.values(), default=0) < need.tensor_parallel:
         message = insufficient_gpu_count(need.tensor_parallel, total, free)
         return NoFitReason.INSUFFICIENT_GPU_COUNT, message
-    room = RoomFacts.of(capable, request, estimate, need)
+    room = RoomFacts.of(state, capable, request, estimate, need)
     return NoFitReason.INSUFFICIENT_CAPACITY, insufficient_capacity(room)
 
 
 def _gpu_with_room_if_shared(
-    state: ClusterState, usable: list[GpuState], need: CopyNeed
-) -> tuple[GpuState, int] | None:
-    """A whole-GPU-only GPU, and its free bytes if its copies held only the shares they asked
-    for, when those bytes would hold this share and no whole GPU is free."""
+    state: ClusterState, usable: list[UnitType], need: CopyNeed
+) -> tuple[MachineState, int, int] | None:
+    """A whole-GPU-only GPU (machine, position), and its free bytes if its copies held only the
+    shares they asked for, when those bytes would hold this share and no whole GPU is free."""
     if need.size >= 1:
         return None
-    whole_only = [gpu for gpu in usable if gpu.kind is Kind.WHOLE]
-    if any(gpu.untouched and holds(need, Mode.WHOLE, gpu.memory) for gpu in whole_only):
+    whole_only = {t.number for t in usable if t.kind is Kind.WHOLE}
+    rooms = [room for room in state.rooms_now() if room.unit_type.number in whole_only]
+    if any(room.untouched and holds(need, Mode.WHOLE, room.memory) for room in rooms):
         return None  # a whole GPU is free and big enough: lack of sharing is not the reason
-    asked = _units_asked(state, whole_only, need)
-    for gpu in sorted(whole_only, key=lambda g: (asked[g.uid], g.machine.name, g.index)):
-        free_units = SHARE_SCALE - asked[gpu.uid]
-        if free_units >= need.size_units and holds(need, Mode.FRACTION, gpu.memory):
-            return gpu, free_units * gpu.memory // SHARE_SCALE
-    return None
+    return _most_free_if_shared(_units_asked(state, whole_only, need), need)
 
 
-def _units_asked(state: ClusterState, gpus: list[GpuState], need: CopyNeed) -> dict[int, int]:
-    """Per GPU, the share units its copies asked for: a reservation's asked share where it took
-    a whole GPU for less, and the copies this plan put there before, at this copy's size."""
-    by_place = {(gpu.machine.name, gpu.index): gpu for gpu in gpus}
-    asked = dict.fromkeys((gpu.uid for gpu in gpus), 0)
-    held = dict.fromkeys(asked, 0)
+def _most_free_if_shared(
+    asked: dict[Unit, int], need: CopyNeed
+) -> tuple[MachineState, int, int] | None:
+    """Of the GPUs that would hold this share if their copies held only what they asked, the
+    one with the most free (by machine name and index on a tie), and its free bytes."""
+    holding = [
+        (units, machine.name, machine.shape.indices[position][0], machine, position)
+        for (machine, position), units in asked.items()
+        if SHARE_SCALE - units >= need.size_units
+        and holds(need, Mode.FRACTION, machine.shape.types[position].memory)
+    ]
+    if not holding:
+        return None
+    units, _, _, machine, position = min(holding, key=lambda candidate: candidate[:3])
+    memory = machine.shape.types[position].memory
+    return machine, position, (SHARE_SCALE - units) * memory // SHARE_SCALE
+
+
+def _units_asked(state: ClusterState, types: set[int], need: CopyNeed) -> dict[Unit, int]:
+    """Per unit of these types, the share units its copies asked for: a reservation's asked
+    share where it took a whole GPU for less, and the copies this plan put there before, at
+    this copy's size."""
+    units = [
+        (machine, position)
+        for machine in state.machines
+        for position, unit_type in enumerate(machine.shape.types)
+        if unit_type.number in types
+    ]
+    asked = dict.fromkeys(units, 0)
+    held = dict.fromkeys(units, 0)
+    by_name = {machine.name: machine for machine, _ in units}
     for reservation in state.inventory.reservations:
-        gpu = by_place.get((reservation.machine, reservation.accelerator))
-        if gpu is not None:
+        machine = by_name.get(reservation.machine)
+        position = machine.shape.position_of.get(reservation.accelerator) if machine else None
+        if machine is not None and position is not None and (machine, position) in asked:
             share = reservation.asked_share
-            asked[gpu.uid] += share_units(reservation.share if share is None else share)
-            held[gpu.uid] += 1
-    for gpu in gpus:
-        asked[gpu.uid] += (gpu.copies - held[gpu.uid]) * need.size_units
+            asked[(machine, position)] += share_units(reservation.share if share is None else share)
+            held[(machine, position)] += 1
+    for unit in units:
+        asked[unit] += (state.room(*unit).copies - held[unit]) * need.size_units
     return asked
 
 
@@ -137,23 +162,26 @@ class RoomFacts:
 
     @classmethod
     def of(
-        cls, units: list[GpuState], request: PlacementRequest, estimate: Estimate, need: CopyNeed
+        cls,
+        state: ClusterState,
+        types: list[UnitType],
+        request: PlacementRequest,
+        estimate: Estimate,
+        need: CopyNeed,
     ) -> RoomFacts:
         # What a unit offers depends only on its static kind: work it out once per kind.
-        by_kind = {gpu.static_id: gpu for gpu in units}
-        offers = [offer for gpu in by_kind.values() for offer in unit_offers(gpu, need)]
+        by_kind = {unit_type.static_id: unit_type for unit_type in types}
+        offers = [offer for t in by_kind.values() for offer in unit_offers(t, need)]
         holding = [reserve for reserve, budget in offers if budget >= need.estimate_bytes]
-        modes = {kind: mode_for(kind, need) for kind in Kind}
-        room = [(free_room(gpu, modes[gpu.kind]), gpu.machine.name, gpu) for gpu in units]
-        largest, _, best = max(room, key=lambda r: r[:2], default=(0, "", None))
+        largest, at = _largest_free(state, types, need)
         return cls(
             estimate=estimate,
             request=request,
             reserve_needed=min(holding, default=0),
             largest_engine_budget=max((budget for _, budget in offers), default=0),
             largest_free=largest,
-            largest_free_at=where(best) if best else "none",
-            unified_only=all(gpu.kind is Kind.UNIFIED for gpu in units),
+            largest_free_at=at,
+            unified_only=all(unit_type.kind is Kind.UNIFIED for unit_type in types),
         )
 
     @property
@@ -161,37 +189,55 @@ class RoomFacts:
         return self.reserve_needed > 0
 
 
-def unit_offers(gpu: GpuState, need: CopyNeed) -> list[tuple[int, int]]:
-    """(bytes reserved, engine budget) a copy could get on the unit if it were empty."""
-    mode = mode_for(gpu.kind, need) or Mode.WHOLE
-    replicas = gpu.accelerator.replicas
+def _largest_free(state: ClusterState, types: list[UnitType], need: CopyNeed) -> tuple[int, str]:
+    """The most a copy could be given on one unit of these types now, and where: of the units
+    with the most, the last machine by name, and its first such unit by index."""
+    numbers = {unit_type.number for unit_type in types}
+    modes = {kind: mode_for(kind, need) for kind in Kind}
+    free = {
+        room: free_room(room, modes[room.kind])
+        for room in state.rooms_now()
+        if room.unit_type.number in numbers
+    }
+    largest = max(free.values(), default=0)
+    for machine in reversed(state.machines):
+        for position, unit_type in enumerate(machine.shape.types):
+            if unit_type.number in numbers and free[state.room(machine, position)] == largest:
+                return largest, where(machine, position)
+    return 0, "none"
+
+
+def unit_offers(unit_type: UnitType, need: CopyNeed) -> list[tuple[int, int]]:
+    """(bytes reserved, engine budget) a copy could get on a unit of the type if it were empty."""
+    mode = mode_for(unit_type.kind, need) or Mode.WHOLE
+    replicas, memory = unit_type.accelerator.replicas, unit_type.memory
     if mode is Mode.SLICE:
         share = engine_share(mode, need)
-        return [(s.memory, int(share * s.memory)) for s in gpu.slices]
-    reserve, _ = reserved(mode, need, gpu.memory, replicas)
-    return [(reserve, int(engine_share(mode, need, replicas) * gpu.memory))]
+        return [(s.memory, int(share * s.memory)) for s in unit_type.pristine.slices]
+    reserve, _ = reserved(mode, need, memory, replicas)
+    return [(reserve, int(engine_share(mode, need, replicas) * memory))]
 
 
-def free_room(gpu: GpuState, mode: Mode | None) -> int:
-    """The most a copy placed this way could be given on the unit now, in bytes."""
-    replicas = gpu.accelerator.replicas
+def free_room(room: Room, mode: Mode | None) -> int:
+    """The most a copy placed this way could be given on a unit with this room now, in bytes."""
+    replicas = room.unit_type.accelerator.replicas
     if mode is Mode.SLICE:
-        return max((s.memory for s in gpu.slices if s.free), default=0)
+        return max((s.memory for s in room.slices if s.free), default=0)
     if mode is Mode.WHOLE or mode is None:
-        return gpu.memory if gpu.untouched else 0
-    if gpu.kind in (Kind.TIME_SLICED, Kind.MPS) and gpu.copies >= replicas:
+        return room.memory if room.untouched else 0
+    if room.kind in (Kind.TIME_SLICED, Kind.MPS) and room.copies >= replicas:
         return 0
     if mode is Mode.REPLICA:
-        return gpu.memory // replicas if gpu.free_bytes >= gpu.memory // replicas else 0
-    by_share = gpu.free_share * gpu.memory // SHARE_SCALE
-    return max(0, min(gpu.free_bytes, by_share))
+        return room.memory // replicas if room.free_bytes >= room.memory // replicas else 0
+    by_share = room.free_share * room.memory // SHARE_SCALE
+    return max(0, min(room.free_bytes, by_share))
 
 
 # --- the messages ----------------------------------------------------------------------------
 
 
 def vendor_mismatch(state: ClusterState, vendor: str) -> str:
-    present = sorted({gpu.accelerator.vendor for gpu in state.gpus})
+    present = sorted({unit_type.accelerator.vendor for unit_type in state.types})
     if not present:
         return (
             "This cluster has no machines with accelerators that can take a copy. "
@@ -205,12 +251,14 @@ def vendor_mismatch(state: ClusterState, vendor: str) -> str:
     )
 
 
-def accel_version_unmet(same_vendor: list[GpuState], request: PlacementRequest) -> str:
+def accel_version_unmet(
+    state: ClusterState, same_vendor: list[UnitType], request: PlacementRequest
+) -> str:
     engine = request.engine
-    cards = [gpu.accelerator for gpu in same_vendor]
+    cards = [unit_type.accelerator for unit_type in same_vendor]  # their vendor and versions
     problems, fixes = [], []
-    best = max(cards, key=lambda a: version_tuple(a.compute_capability) or ())
     if not all(at_least(a.compute_capability, engine.min_compute_capability) for a in cards):
+        best = _first_newest(state, same_vendor, lambda a: a.compute_capability)
         problems.append(
             f"compute capability {engine.min_compute_capability} or newer, and the newest "
             f"here is {best.compute_capability} ({best.product})"
@@ -219,14 +267,27 @@ def accel_version_unmet(same_vendor: list[GpuState], request: PlacementRequest) 
             "pick a variant that runs on these accelerators (for example float16 instead of "
             "bfloat16, or one without FP8)"
         )
-    newest_driver = max(cards, key=lambda a: version_tuple(a.driver) or ()).driver
     if not all(at_least(a.driver, engine.min_driver) for a in cards):
+        newest_driver = _first_newest(state, same_vendor, lambda a: a.driver).driver
         problems.append(
             f"driver {engine.min_driver} or newer, and the newest here is {newest_driver}"
         )
         fixes.append("update the driver on the cluster's machines")
     fix = " or ".join(fixes) or "pick a variant that runs on these accelerators"
     return f"The engine needs {'; and '.join(problems)}. {fix[0].upper()}{fix[1:]}."
+
+
+def _first_newest(
+    state: ClusterState, types: list[UnitType], version: Callable[[Accelerator], str | None]
+) -> Accelerator:
+    """The accelerator of the first unit, by machine name and index, of the newest version
+    among these types (an unknown version is the oldest)."""
+    newest = max(version_tuple(version(t.accelerator)) or () for t in types)
+    numbers = {t.number for t in types if (version_tuple(version(t.accelerator)) or ()) == newest}
+    unit = state.first_unit(numbers)
+    assert unit is not None  # every type has a unit
+    machine, position = unit
+    return machine.accelerator(position)
 
 
 def insufficient_gpu_count(needed: int, total: dict[str, int], free: dict[str, int]) -> str:
@@ -319,13 +380,15 @@ def insufficient_system_memory(room: RoomFacts) -> str:
     )
 
 
-def sharing_not_configured(gpu: GpuState, free_if_shared: int, need: CopyNeed) -> str:
+def sharing_not_configured(
+    machine: MachineState, position: int, free_if_shared: int, need: CopyNeed
+) -> str:
     share = f"{need.size:g}"
-    reserve, _ = reserved(Mode.FRACTION, need, gpu.memory, 1)
+    reserve, _ = reserved(Mode.FRACTION, need, machine.shape.types[position].memory, 1)
     return (
         f"This cluster has no GPU sharing set up, so a copy of {share} of an accelerator takes a "
-        f"whole one, and none that holds it is free. With sharing on, {where(gpu)} would have "
-        f"{gib(free_if_shared)} free, enough for this copy's {gib(reserve)}. Ask your "
+        f"whole one, and none that holds it is free. With sharing on, {where(machine, position)} "
+        f"would have {gib(free_if_shared)} free, enough for this copy's {gib(reserve)}. Ask your "
         "cluster admin to enable GPU sharing (time-slicing or MIG), or stop a deployment to "
         "free a whole accelerator."
     )

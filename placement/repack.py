@@ -22,8 +22,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from placement.fit import plan
-from placement.types import Inventory, PlacementRequest, PlanResult, Reservation
-from placement.units import Kind, build_state, share_units
+from placement.types import Accelerator, Inventory, PlacementRequest, PlanResult, Reservation
+from placement.units import ClusterState, Kind, MachineState, Room, build_state, share_units
 
 MOST_MOVES = 3
 # Moves tried from each state: all of them where there are no more; else those that free the
@@ -125,12 +125,17 @@ class Search:
         some machine has the untouched GPUs a copy takes)."""
         state = build_state(inventory)
         if self.request.accelerators_per_copy < 1:
-            return any(gpu.free_bytes >= self.need for gpu in state.gpus)
-        untouched: dict[str, int] = {}
-        for gpu in state.gpus:
-            if gpu.copies == 0 and gpu.memory >= self.need:
-                untouched[gpu.machine.name] = untouched.get(gpu.machine.name, 0) + 1
-        return max(untouched.values(), default=0) >= self.request.tensor_parallel
+            # The units of a group have the same room: one look per group (not per GPU).
+            return any(group.count and group.free_bytes >= self.need for group in state.groups)
+        most = max(
+            (self.untouched_holding(state, machine) for machine in state.machines), default=0
+        )
+        return most >= self.request.tensor_parallel
+
+    def untouched_holding(self, state: ClusterState, machine: MachineState) -> int:
+        """The machine's GPUs with nothing on them and the estimate's bytes."""
+        types = machine.shape.types
+        return sum(1 for p in state.pristine_positions(machine) if types[p].memory >= self.need)
 
     def best(self) -> tuple[tuple[Move, ...], Inventory] | None:
         """Fewest moves first, then fewest bytes: depth by depth, every candidate at a depth."""
@@ -196,22 +201,29 @@ class Rooms:
 
     def __init__(self, inventory: Inventory) -> None:
         state = build_state(inventory)
-        self.gpus = {
-            (gpu.machine.name, gpu.accelerator.index): gpu
-            for gpu in state.gpus
-            if gpu.kind in MOVABLE_KINDS
+        # (machine, index) -> the GPU's room and accelerator. The rooms are read, never changed:
+        # a GPU still in a group shares its group's (no GpuState made per GPU, per state).
+        self.gpus: dict[tuple[str, int], tuple[Room, Accelerator]] = {
+            (machine.name, machine.shape.indices[p][0]): (
+                state.room(machine, p),
+                machine.accelerator(p),
+            )
+            for machine in state.machines
+            for p, unit_type in enumerate(machine.shape.types)
+            if unit_type.kind in MOVABLE_KINDS
         }
 
     def free_after_leaving(self, held: HeldCopy) -> int:
         """Bytes free on the copy's (first) GPU once it has left."""
-        gpu = self.gpus[(held.machine, held.accelerators[0])]
-        return int(gpu.free_bytes) + held.reservations[0].bytes
+        room, _ = self.gpus[(held.machine, held.accelerators[0])]
+        return int(room.free_bytes) + held.reservations[0].bytes
 
     def movable(self, held: HeldCopy) -> bool:
         return all((held.machine, index) in self.gpus for index in held.accelerators)
 
     def product(self, held: HeldCopy) -> str:
-        return str(self.gpus[(held.machine, held.accelerators[0])].accelerator.product)
+        _, accelerator = self.gpus[(held.machine, held.accelerators[0])]
+        return str(accelerator.product)
 
     def targets(self, held: HeldCopy) -> Iterator[tuple[str, tuple[int, ...]]]:
         product, seen = self.product(held), set()
@@ -219,15 +231,15 @@ class Rooms:
             yield from self._whole_targets(held, product)
             return
         reservation = held.reservations[0]
-        for (machine, index), gpu in sorted(self.gpus.items()):
+        for (machine, index), (room, accelerator) in sorted(self.gpus.items()):
             if (machine, index) == (held.machine, held.accelerators[0]):
                 continue
-            if gpu.kind is not Kind.SHARED or gpu.accelerator.product != product:
+            if room.kind is not Kind.SHARED or accelerator.product != product:
                 continue
-            too_small = gpu.free_share < share_units(reservation.share)
-            if too_small or gpu.free_bytes < reservation.bytes:
+            too_small = room.free_share < share_units(reservation.share)
+            if too_small or room.free_bytes < reservation.bytes:
                 continue
-            shape = (gpu.free_bytes, gpu.free_share, gpu.memory)
+            shape = (room.free_bytes, room.free_share, room.memory)
             if shape not in seen:  # the same room elsewhere is the same move
                 seen.add(shape)
                 yield machine, (index,)
@@ -235,8 +247,8 @@ class Rooms:
     def _whole_targets(self, held: HeldCopy, product: str) -> Iterator[tuple[str, tuple[int, ...]]]:
         n = len(held.accelerators)
         untouched: dict[str, list[int]] = {}
-        for (machine, index), gpu in sorted(self.gpus.items()):
-            if gpu.copies == 0 and gpu.accelerator.product == product:
+        for (machine, index), (room, accelerator) in sorted(self.gpus.items()):
+            if room.copies == 0 and accelerator.product == product:
                 untouched.setdefault(machine, []).append(index)
         seen = set()
         for machine, indexes in untouched.items():

@@ -67,6 +67,18 @@ def test_spread_puts_copies_on_different_machines() -> None:
     assert where(packed.placed) == [("m1", (0,))] * 3
 
 
+def test_spread_counts_every_copy_a_gpu_holds_when_it_looks_for_the_least_busy() -> None:
+    # m1's GPU held one quarter, then another: the planner must not take it for a GPU that
+    # holds one quarter (as m2's does) because it once did.
+    inventory = cluster(
+        h100_machine("m1", 1),
+        h100_machine("m2", 1),
+        reservations=(reserve("m1", 0, 0.25), reserve("m1", 0, 0.25), reserve("m2", 0, 0.25)),
+    )
+    result = plan(inventory, request(QWEN3_0_6B, 0.25, copies=1, policy=Policy.SPREAD))
+    assert where(result.placed) == [("m2", (0,))]
+
+
 def test_existing_reservations_are_honoured() -> None:
     inventory = cluster(
         h100_machine("m1", 2), reservations=(reserve("m1", 0, 0.75), reserve("m1", 1, 0.25))

@@ -196,6 +196,14 @@ def test_insufficient_capacity_while_other_deployments_hold_the_room() -> None:
     )
 
 
+def test_of_equally_free_gpus_the_message_names_the_last_machine_by_name() -> None:
+    # ... and its first such GPU by index.
+    held = (reserve("a", 0, 0.75), reserve("b", 0, 0.75), reserve("b", 1, 0.75))
+    inventory = cluster(h100_machine("b", 2), h100_machine("a", 1), reservations=held)
+    _, message = first_refusal(inventory, request(QWEN3_8B, 0.5))
+    assert "the most free on any suitable accelerator now is 19.80 GiB (b GPU 0)." in message
+
+
 def test_every_copy_that_does_not_fit_gets_the_reason() -> None:
     result = plan(cluster(h100_machine("m1", 1)), request(QWEN3_8B, 0.5, copies=4))
     assert [n.copy for n in result.not_placed] == [3, 4]
