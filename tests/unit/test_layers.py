@@ -56,6 +56,7 @@ CONSOLE_WIRING = {
     "events",
     "events_api",
     "keys_api",
+    "live_logs",
     "live_render",
     "services",
     "system_status",
