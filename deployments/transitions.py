@@ -101,15 +101,8 @@ def move_deployment(
         deployment = Deployment.objects.select_for_update().get(pk=deployment_id)
         before = deployment.state
         check_allowed(DEPLOYMENT_TRANSITIONS, f"Deployment {deployment.name}", before, to)
-        event = Event.objects.create(
-            deployment=deployment,
-            deployment_name=deployment.name,
-            kind=EventKind.STATE_CHANGE,
-            from_state=before,
-            to_state=to,
-            message=message,
-            **actor_fields(actor),
-        )
+        event = deployment_event(deployment, to, message, actor)
+        event.save()
         deployment.state = to
         deployment.last_message = message or deployment.last_message
         deployment.last_checked_at = timezone.now()
@@ -132,16 +125,7 @@ def move_copy(
         copy = Copy.objects.select_for_update().select_related("deployment").get(pk=copy_id)
         before = copy.state
         check_allowed(COPY_TRANSITIONS, str(copy), before, to)
-        Event.objects.create(
-            deployment=copy.deployment,
-            deployment_name=copy.deployment.name,
-            copy=copy,
-            kind=EventKind.STATE_CHANGE,
-            from_state=before,
-            to_state=to,
-            message=message,
-            **actor_fields(actor),
-        )
+        copy_event(copy, to, message, actor).save()
         copy.state = to
         copy.state_changed_at = timezone.now()
         for name, value in fields.items():
@@ -206,7 +190,7 @@ def move_copies(moves: list[Move]) -> list[Copy]:
         for move in moves:
             copy = copies[move.id]
             check_allowed(COPY_TRANSITIONS, str(copy), copy.state, move.to)
-            events.append(copy_event(copy, move))
+            events.append(copy_event(copy, move.to, move.message))
             copy.state, copy.state_changed_at = move.to, now
             for name, value in move.fields.items():
                 setattr(copy, name, value)
@@ -221,16 +205,17 @@ def move_copies(moves: list[Move]) -> list[Copy]:
     return [copies[m.id] for m in moves]
 
 
-def copy_event(copy: Copy, move: Move) -> Event:
+def copy_event(copy: Copy, to: str, message: str, actor: Any = None) -> Event:
+    """The Event of a copy's move from its state now (unsaved)."""
     return Event(
         deployment=copy.deployment,
         deployment_name=copy.deployment.name,
         copy=copy,
         kind=EventKind.STATE_CHANGE,
         from_state=copy.state,
-        to_state=move.to,
-        message=move.message,
-        actor_name="system",
+        to_state=to,
+        message=message,
+        **actor_fields(actor),
     )
 
 
@@ -250,7 +235,7 @@ def move_deployments(moves: list[Move]) -> list[Deployment]:
                 DEPLOYMENT_TRANSITIONS, f"Deployment {deployment.name}", deployment.state, move.to
             )
             befores[move.id] = deployment.state
-        events = Event.create_many([deployment_event(rows[m.id], m) for m in moves])
+        events = Event.create_many([deployment_event(rows[m.id], m.to, m.message) for m in moves])
         for move in moves:
             deployment = rows[move.id]
             deployment.state = move.to
@@ -272,13 +257,14 @@ def move_deployments(moves: list[Move]) -> list[Deployment]:
     return [rows[m.id] for m in moves]
 
 
-def deployment_event(deployment: Deployment, move: Move) -> Event:
+def deployment_event(deployment: Deployment, to: str, message: str, actor: Any = None) -> Event:
+    """The Event of a deployment's move from its state now (unsaved)."""
     return Event(
         deployment=deployment,
         deployment_name=deployment.name,
         kind=EventKind.STATE_CHANGE,
         from_state=deployment.state,
-        to_state=move.to,
-        message=move.message,
-        actor_name="system",
+        to_state=to,
+        message=message,
+        **actor_fields(actor),
     )
