@@ -48,6 +48,16 @@ def ray_actors(dashboard: str, state_dir: Path) -> dict[str, object]:
     return by_name
 
 
+def added(ray_cluster, name: str, *gpu_memory: str) -> Cluster:
+    """The tests' Ray cluster, added to the console as an admin would from a terminal, with
+    the GPU memory of the accelerator types given (TYPE=GiB); the catalog loaded."""
+    call_command("load_catalog")
+    declared = [arg for memory in gpu_memory for arg in ("--gpu-memory", memory)]
+    call_command("addcluster", name, "--kind", "ray", "--address", ray_cluster.address,
+                 *declared, "--simulated-engines")  # fmt: skip
+    return Cluster.objects.get(name=name)
+
+
 def chat(gateway: str, key: str) -> httpx.Response:
     body = {"model": "on-ray", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8}
     headers = {"Authorization": f"Bearer {key}"}
@@ -68,11 +78,7 @@ def described(deployment) -> str:
 def test_copies_run_as_actors_on_the_planned_nodes_serve_through_the_gateway_and_stop(
     ray_cluster, tmp_path, bob, red
 ):
-    call_command("load_catalog")
-    call_command("addcluster", "ray", "--kind", "ray", "--address", ray_cluster.address,
-                 "--gpu-memory", "H100=80", "--gpu-memory", "A100=40",
-                 "--simulated-engines")  # fmt: skip
-    cluster = Cluster.objects.get(name="ray")
+    cluster = added(ray_cluster, "ray", "H100=80", "A100=40")
     key = ApiKey.issue(bob, "ray")[1]
     with console_processes(tmp_path, **FAST), gateway_server(**FAST) as gateway:
         halves = host(bob, red, cluster, "halves", copies=2, engine_settings=SETTINGS,
@@ -168,11 +174,8 @@ sys.stdin.read()  # holds both H100 GPUs until the test closes this
 def test_a_copy_whose_room_ray_gave_elsewhere_waits_with_rays_reason_then_starts(
     ray_cluster, tmp_path, bob, red
 ):
-    call_command("load_catalog")
     # Only the H100 node's memory is declared: Berth places on it alone.
-    call_command("addcluster", "ray-hog", "--kind", "ray", "--address", ray_cluster.address,
-                 "--gpu-memory", "H100=80", "--simulated-engines")  # fmt: skip
-    cluster = Cluster.objects.get(name="ray-hog")
+    cluster = added(ray_cluster, "ray-hog", "H100=80")
     hog = subprocess.Popen([sys.executable, "-c", HOG, ray_cluster.address],
                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)  # fmt: skip
     try:
@@ -205,10 +208,7 @@ def engine_pids(served_name: str) -> list[int]:
 def test_an_engine_that_crashes_after_serving_is_restarted_by_ray_and_serves_again(
     ray_cluster, tmp_path, bob, red
 ):
-    call_command("load_catalog")
-    call_command("addcluster", "ray-crash", "--kind", "ray", "--address", ray_cluster.address,
-                 "--gpu-memory", "H100=80", "--simulated-engines")  # fmt: skip
-    cluster = Cluster.objects.get(name="ray-crash")
+    cluster = added(ray_cluster, "ray-crash", "H100=80")
     key = ApiKey.issue(bob, "crash")[1]
     with console_processes(tmp_path, **FAST), gateway_server(**FAST) as gateway:
         crashy = host(bob, red, cluster, "crashy", engine_settings=SETTINGS,
@@ -255,10 +255,7 @@ print(ray.get(other.ping.remote()), flush=True)
 def test_an_actor_no_copy_owns_is_stopped_and_another_installs_are_not(
     ray_cluster, tmp_path, bob, red
 ):
-    call_command("load_catalog")
-    call_command("addcluster", "ray-sweep", "--kind", "ray", "--address", ray_cluster.address,
-                 "--gpu-memory", "H100=80", "--simulated-engines")  # fmt: skip
-    cluster = Cluster.objects.get(name="ray-sweep")
+    cluster = added(ray_cluster, "ray-sweep", "H100=80")
     outside = subprocess.run([sys.executable, "-c", OUTSIDE, ray_cluster.address],
                              capture_output=True, text=True, timeout=120, check=True)  # fmt: skip
     assert outside.stdout.strip() == "up"
@@ -290,10 +287,7 @@ def test_a_copy_whose_node_dies_leaves_it_and_waits_with_the_reason(
     # Only this node's GPUs have a known memory: Berth places there, and nowhere else after.
     node = ray_cluster.cluster.add_node(**L4_NODE)
     ray_cluster.cluster.wait_for_nodes()
-    call_command("load_catalog")
-    call_command("addcluster", "ray-l4", "--kind", "ray", "--address", ray_cluster.address,
-                 "--gpu-memory", "L4=24", "--simulated-engines")  # fmt: skip
-    cluster = Cluster.objects.get(name="ray-l4")
+    cluster = added(ray_cluster, "ray-l4", "L4=24")
     with console_processes(tmp_path, **FAST, BERTH_REFRESH_EVERY_S="2"):
         lonely = host(bob, red, cluster, "lonely", engine_settings=SETTINGS)
         wait_for(reached(lonely, DeploymentState.DEPLOYED), 180, every=0.5, what="DEPLOYED")
