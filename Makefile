@@ -15,12 +15,14 @@ PORT ?= 8000
 
 venv: $(VENV)/.installed
 
+# --no-compile: Python compiles what a process imports on first use; pip compiling every file
+# of every installed package (Ray's and the Kubernetes client's thousands) took 20 s more.
 $(VENV)/.installed: pyproject.toml sdk/pyproject.toml
 	@test -n "$(PYTHON)" || { echo "Berth needs Python 3.11 or 3.12: install one, or set PYTHON=/path/to/python3.12"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet -e '.[dev]'
-	$(VENV)/bin/pip install --quiet -e './sdk[openai]'
+	$(VENV)/bin/pip install --quiet --no-compile -e '.[dev]'
+	$(VENV)/bin/pip install --quiet --no-compile -e './sdk[openai]'
 	touch $@
 
 run: venv
@@ -60,8 +62,11 @@ engines:
 chromium:
 	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium)
 
+# Two workers: most tests wait on processes they started, so two overlap well on two cores.
+TEST_WORKERS ?= 2
+
 pytest: venv chromium engines
-	$(TEST_ENV) $(WITH_SERVICES) $(VENV)/bin/pytest
+	$(TEST_ENV) $(WITH_SERVICES) $(VENV)/bin/pytest -n $(TEST_WORKERS)
 
 test: lint check pytest
 

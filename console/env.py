@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -100,6 +100,24 @@ def redis_url(name: str) -> str:
     if parts.scheme not in {"redis", "rediss"} or not parts.hostname:
         raise ImproperlyConfigured(f"{name} is malformed: expected redis://HOST:PORT/DB.")
     return raw
+
+
+# In a parallel test run, pytest-xdist names each worker (gw0, gw1, …) in this variable, and every
+# process a test starts inherits it: each worker then has Redis, queues and folders of its own.
+TEST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+
+
+def for_test_worker(value: str) -> str:
+    """`value`, with the test worker's name appended in a parallel test run."""
+    return f"{value}-{TEST_WORKER}" if TEST_WORKER else value
+
+
+def redis_for_test_worker(url: str) -> str:
+    """`url` on a Redis database of the test worker's own in a parallel test run (gw0 → 1, gw1 →
+    2, …; Redis has 16), so that its locks, reports and heartbeats meet no other worker's."""
+    if not TEST_WORKER:
+        return url
+    return urlunsplit(urlsplit(url)._replace(path=f"/{1 + int(TEST_WORKER.removeprefix('gw'))}"))
 
 
 def env_executable(name: str) -> str:

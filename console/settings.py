@@ -20,6 +20,8 @@ from console.env import (
     env_readable_file,
     env_secret,
     env_str,
+    for_test_worker,
+    redis_for_test_worker,
     redis_url,
 )
 
@@ -42,8 +44,9 @@ if not DEBUG and not CREDENTIALS_KEY:
 ALLOWED_HOSTS = env_list("BERTH_ALLOWED_HOSTS", ["127.0.0.1", "localhost"])
 CSRF_TRUSTED_ORIGINS = env_list("BERTH_CSRF_TRUSTED_ORIGINS", [])
 
+# No "daphne" app: it only lends `runserver` its ASGI server, and would load daphne and Twisted
+# into every worker. The web process is daphne itself (Procfile).
 INSTALLED_APPS = [
-    "daphne",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
@@ -107,12 +110,15 @@ DATABASES = {"default": database_from_url("DATABASE_URL")}
 DATABASES["default"]["TEST"] = {
     "NAME": env_str("BERTH_TEST_DATABASE", f"test_{DATABASES['default']['NAME']}")
 }
-REDIS_URL = redis_url("REDIS_URL")
+REDIS_URL = redis_for_test_worker(redis_url("REDIS_URL"))
 
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL], "prefix": env_str("BERTH_CHANNEL_PREFIX", "berth")},
+        "CONFIG": {
+            "hosts": [REDIS_URL],
+            "prefix": for_test_worker(env_str("BERTH_CHANNEL_PREFIX", "berth")),
+        },
     }
 }
 
@@ -120,7 +126,7 @@ CELERY_BROKER_URL = REDIS_URL
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-CELERY_TASK_DEFAULT_QUEUE = env_str("BERTH_CELERY_QUEUE", "berth")
+CELERY_TASK_DEFAULT_QUEUE = for_test_worker(env_str("BERTH_CELERY_QUEUE", "berth"))
 # Transfers (downloads from the hub, file syncs to machines, a copy's files brought to its
 # machine: a Kubernetes fill Job can take an hour) have a queue and a worker line of their own,
 # so that place, launch, stop and the reconcile pass never wait behind them.
@@ -186,9 +192,9 @@ LOG_LINES_PER_COPY = env_int("BERTH_LOG_LINES_PER_COPY", 20_000, low=100, high=1
 # Engine logs are followed more often than health is checked, so lines reach pages fast.
 LOG_FOLLOW_EVERY_S = env_float("BERTH_LOG_FOLLOW_EVERY_S", 0.1, low=0.01, high=60)
 # Where models downloaded from Hugging Face are kept on this server.
-MODELS_DIR = Path(env_str("BERTH_MODELS_DIR", str(BASE_DIR / "var" / "models")))
+MODELS_DIR = Path(env_str("BERTH_MODELS_DIR", for_test_worker(str(BASE_DIR / "var" / "models"))))
 # Where local engines (standalone, simulator) keep their logs and process records.
-STATE_DIR = Path(env_str("BERTH_STATE_DIR", str(BASE_DIR / "var" / "state")))
+STATE_DIR = Path(env_str("BERTH_STATE_DIR", for_test_worker(str(BASE_DIR / "var" / "state"))))
 # The real engines `make engines` installs, one folder per engine version (outside the checkout,
 # so every clone and CI on this machine share one build); a *_BIN path overrides its engine.
 ENGINE_CACHE_DIR = Path(

@@ -106,6 +106,19 @@ def process_env(state_dir: Path, **extra: str) -> dict[str, str]:
     return env
 
 
+def spelled_out_for_this_worker(env: dict[str, str]) -> dict[str, str]:
+    """`env` with this test worker's Redis database, queue and channel prefix spelled out, for
+    processes that read them from the environment rather than from the settings (the Procfile's
+    lines name the queues): the settings derive them from PYTEST_XDIST_WORKER, dropped here."""
+    if "PYTEST_XDIST_WORKER" not in env:
+        return env
+    spelled = {key: value for key, value in env.items() if key != "PYTEST_XDIST_WORKER"}
+    spelled["REDIS_URL"] = settings.REDIS_URL
+    spelled["BERTH_CELERY_QUEUE"] = settings.CELERY_TASK_DEFAULT_QUEUE
+    spelled["BERTH_CHANNEL_PREFIX"] = settings.CHANNEL_LAYERS["default"]["CONFIG"]["prefix"]
+    return spelled
+
+
 COMMANDS = {
     "worker": [
         sys.executable,

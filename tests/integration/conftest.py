@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,23 +71,35 @@ class RayUnderTest:
         self.address: str = cluster.address  # the head's, as ray.init takes it
 
 
+@contextmanager
+def ray_temp_dir() -> Iterator[str]:
+    """A short folder for a Ray cluster's files: its Unix sockets' paths, under it, may not
+    exceed 107 bytes (a folder of pytest's, deep under /tmp/pytest-of-<user>, can be too long)."""
+    # Ray notes the newest cluster's address in its default folder whatever temp_dir says, and
+    # creates that folder only when it is the temp_dir: on a fresh machine it is not there.
+    Path(tempfile.gettempdir(), "ray").mkdir(exist_ok=True)
+    folder = tempfile.mkdtemp(prefix="ray-", dir=tempfile.gettempdir())
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 @pytest.fixture(scope="module")
-def ray_cluster(tmp_path_factory) -> Iterator[RayUnderTest]:
+def ray_cluster() -> Iterator[RayUnderTest]:
     """A head (no GPUs, the dashboard) and two GPU nodes; started once for this module."""
     from ray.cluster_utils import Cluster as LocalRay
 
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
     port = free_port()
-    head = {"num_cpus": 1, "include_dashboard": True, "dashboard_port": port,
-            "temp_dir": str(tmp_path_factory.mktemp("ray"))}  # fmt: skip
-    # Ray notes the newest cluster's address in its default folder whatever temp_dir says, and
-    # creates that folder only when it is the temp_dir: on a fresh machine it is not there.
-    Path(tempfile.gettempdir(), "ray").mkdir(exist_ok=True)
-    local = LocalRay(initialize_head=True, head_node_args=head)
-    try:
-        local.add_node(**H100_NODE)
-        a100 = local.add_node(**A100_NODE)
-        local.wait_for_nodes()
-        yield RayUnderTest(local, f"http://127.0.0.1:{port}", a100)
-    finally:
-        local.shutdown()
+    with ray_temp_dir() as temp_dir:
+        head = {"num_cpus": 1, "include_dashboard": True, "dashboard_port": port,
+                "temp_dir": temp_dir}  # fmt: skip
+        local = LocalRay(initialize_head=True, head_node_args=head)
+        try:
+            local.add_node(**H100_NODE)
+            a100 = local.add_node(**A100_NODE)
+            local.wait_for_nodes()
+            yield RayUnderTest(local, f"http://127.0.0.1:{port}", a100)
+        finally:
+            local.shutdown()

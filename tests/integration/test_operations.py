@@ -233,6 +233,7 @@ def restart_embedded_redis() -> None:
     services.start_redis(port, services.generated_keys()[services.REDIS_PASSWORD])
 
 
+@pytest.mark.alone
 def test_a_redis_restart_in_the_middle_converges(tmp_path, catalog, bob, red):
     cluster = simulated_cluster("redis")
     with console_processes(tmp_path):

@@ -106,21 +106,25 @@ def test_only_this_installs_engines_past_the_grace_period_with_no_owner_are_swep
         launch(cluster, 10**9, ours),
         launch(cluster, 10**9 + 1, "another-install"),
     ]
-    # Serving first: an engine that ended on its own would pass for one the sweep stopped.
-    wait_for(lambda: all_ready(cluster, handles), 60, what="the four engines serving")
-    owned, of_a_stopped_copy, of_no_copy, of_another_install = (h.pid for h in handles)
-    later = timezone.now() + timedelta(seconds=200)
+    try:
+        # Serving first: an engine that ended on its own would pass for one the sweep stopped.
+        wait_for(lambda: all_ready(cluster, handles), 60, what="the four engines serving")
+        owned, of_a_stopped_copy, of_no_copy, of_another_install = (h.pid for h in handles)
+        later = timezone.now() + timedelta(seconds=200)
 
-    assert reconciler.sweep_strays(now=timezone.now()) == 0  # all inside the grace period
-    assert all(map(alive, (owned, of_a_stopped_copy, of_no_copy, of_another_install)))
-    assert reconciler.sweep_strays(now=later) == 2
-    assert not alive(of_a_stopped_copy) and not alive(of_no_copy)
-    assert alive(owned) and alive(of_another_install)
-    stopped_copy = Event.objects.get(copy=finished, kind=EventKind.SYSTEM)
-    assert stopped_copy.deployment_id == finished.deployment_id
-    no_copy = Event.objects.get(deployment_name="stray")
-    assert f"(copy {10**9} of stray, cluster mixed, machine mixed-1" in no_copy.message
-    assert reconciler.sweep_strays(now=later) == 0  # nothing left to sweep
+        assert reconciler.sweep_strays(now=timezone.now()) == 0  # all inside the grace period
+        assert all(map(alive, (owned, of_a_stopped_copy, of_no_copy, of_another_install)))
+        assert reconciler.sweep_strays(now=later) == 2
+        assert not alive(of_a_stopped_copy) and not alive(of_no_copy)
+        assert alive(owned) and alive(of_another_install)
+        stopped_copy = Event.objects.get(copy=finished, kind=EventKind.SYSTEM)
+        assert stopped_copy.deployment_id == finished.deployment_id
+        no_copy = Event.objects.get(deployment_name="stray")
+        assert f"(copy {10**9} of stray, cluster mixed, machine mixed-1" in no_copy.message
+        assert reconciler.sweep_strays(now=later) == 0  # nothing left to sweep
+    finally:  # the engines the sweep rightly left alone
+        for handle in handles:
+            backend_for(cluster).stop(handle)
 
 
 @pytest.mark.django_db

@@ -169,3 +169,27 @@ def test_good_smtp_settings_start():
         BERTH_SMTP_PORT="465",
     )
     assert result.returncode == 0, result.stderr
+
+
+def settings_seen(**overrides: str) -> list[str]:
+    code = (
+        "import django; django.setup(); from django.conf import settings as s; "
+        "print(s.REDIS_URL, s.CELERY_TASK_DEFAULT_QUEUE, s.CELERY_TRANSFER_QUEUE, "
+        "s.CHANNEL_LAYERS['default']['CONFIG']['prefix'], s.STATE_DIR.name, s.MODELS_DIR.name)"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in GOOD and not k.startswith("BERTH_")}
+    env = {k: v for k, v in env.items() if k != "PYTEST_XDIST_WORKER"} | GOOD | overrides
+    result = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.split()
+
+
+def test_each_parallel_test_worker_has_its_own_redis_queues_and_folders():
+    alone = settings_seen()
+    assert alone == ["redis://127.0.0.1:6379/0", "berth", "berth-transfers", "berth", "state",
+                     "models"]  # fmt: skip
+    second = settings_seen(PYTEST_XDIST_WORKER="gw1")
+    assert second == ["redis://127.0.0.1:6379/2", "berth-gw1", "berth-gw1-transfers",
+                      "berth-gw1", "state-gw1", "models-gw1"]  # fmt: skip
