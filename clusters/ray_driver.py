@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from clusters.backends.ray.backend import DRIVER_SOCKET, namespace_of
+from clusters.backends.ray.dashboard import token_env
 from clusters.models import Cluster, ClusterKind
 from clusters.registry import install_id, state_dir
 
@@ -30,10 +31,8 @@ def start_if_ray(cluster_id: int) -> subprocess.Popen[bytes] | None:
         **os.environ,
         "RAY_USAGE_STATS_ENABLED": "0",
         "BERTH_RAY_NAMESPACE": namespace_of(install_id()),
+        **token_env(cluster.ray_token()),
     }
-    token = cluster.ray_token()
-    if token:
-        env["RAY_AUTH_TOKEN"] = token  # in the environment, never on the command line
     argv = [sys.executable, "-m", "clusters.backends.ray.driver", "serve", cluster.address]
     with open(folder / "ray-driver.log", "ab") as log:
         return subprocess.Popen(

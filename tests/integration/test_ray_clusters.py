@@ -7,6 +7,10 @@ nothing saved; copies hosted there are tests/integration/test_ray_copies.py's.""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 from django.core.management import CommandError, call_command
 
@@ -14,7 +18,8 @@ from clusters.admin import ClusterAdminForm
 from clusters.backends.ray.dashboard import version_mismatch
 from clusters.inventory import refresh
 from clusters.models import Cluster, ClusterState
-from tests.processes import wait_for
+from clusters.ray_driver import start_if_ray, stop
+from tests.processes import ROOT, database_url_for_tests, wait_for
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -104,6 +109,57 @@ def test_a_version_mismatch_is_refused_with_both_versions():
     assert version_mismatch("2.60.0", "3.11.2") is None
 
 
+# NVML's binding as a node with two NVIDIA L4 GPUs has it (nvidia-ml-py's names and units): the
+# NVIDIA library itself cannot run here. The node's workers find it first on their PYTHONPATH.
+NVML_OF_TWO_L4 = """
+MIB = 1 << 20
+class Memory:
+    total, free, used = 23034 * MIB, 22800 * MIB, 234 * MIB
+def nvmlInit(): pass
+def nvmlShutdown(): pass
+def nvmlDeviceGetCount(): return 2
+def nvmlDeviceGetHandleByIndex(index): return index
+def nvmlDeviceGetName(handle): return "NVIDIA L4"
+def nvmlDeviceGetMemoryInfo(handle): return Memory()
+"""
+
+
+@pytest.mark.django_db
+def test_gpu_memory_is_read_with_nvml_on_each_node_and_where_it_cannot_be_nvml_says_why(
+    ray_cluster, tmp_path
+):
+    binding = tmp_path / "nvml"
+    binding.mkdir()
+    (binding / "pynvml.py").write_text(NVML_OF_TWO_L4)
+    l4 = ray_cluster.cluster.add_node(num_cpus=1, num_gpus=2, env_vars={"PYTHONPATH": str(binding)},
+                                      resources={"accelerator_type:L4": 1})  # fmt: skip
+    ray_cluster.cluster.wait_for_nodes()
+    cluster = add("ray-nvml", "--address", ray_cluster.address)  # no memory declared
+    driver = start_if_ray(cluster.pk)
+    try:
+
+        def measured() -> bool:
+            refresh(Cluster.objects.get(pk=cluster.pk))
+            return cluster.machines.filter(ready=True).exists()
+
+        wait_for(measured, 120, every=1, what="the L4 node measured by NVML on the node")
+        (ready,) = cluster.machines.filter(ready=True)
+        assert [(g.product, g.memory_bytes) for g in ready.accelerators.order_by("index")] == [
+            ("L4", 23034 << 20),
+            ("L4", 23034 << 20),
+        ]
+        # The H100 and A100 nodes have no NVIDIA driver here: NVML says so, and they get no copy.
+        assert cluster.machines.filter(ready=False).count() == 2
+        message = Cluster.objects.get(pk=cluster.pk).discovery_message
+        assert (
+            "GPU memory unknown for accelerator type A100, H100 (NVML on their nodes: NVML does "
+            "not start there: NVML Shared Library Not Found)" in message
+        )
+    finally:
+        stop(driver)
+        ray_cluster.cluster.remove_node(l4)
+
+
 @pytest.mark.django_db
 def test_a_node_that_dies_becomes_not_ready(ray_cluster):
     # Last in this module: the node does not come back.
@@ -131,4 +187,27 @@ def form_fields(cluster: Cluster | None = None) -> dict[str, str]:
         "engine_image": "vllm/vllm-openai",
         "sharing_strategy": "fractional",
         "simulated_inventory": "{}",
+        "repack_policy": "off",  # the page's own initial values
+        "consolidate_above_percent": "30",
+        "consolidate_below_load": "1",
     }
+
+
+# addcluster as run in a console whose environment lacks Ray (the import fails as it would).
+WITHOUT_RAY = """
+import runpy, sys
+sys.modules["ray"] = None
+sys.argv = ["manage.py", "addcluster", "no-ray", "--kind", "ray", "--address", "127.0.0.1:6379",
+            "--gpu-memory", "H100=80"]
+runpy.run_path("manage.py", run_name="__main__")
+"""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_without_ray_installed_adding_a_ray_cluster_says_how_to_install_it():
+    env = {**os.environ, "DATABASE_URL": database_url_for_tests()}
+    done = subprocess.run([sys.executable, "-c", WITHOUT_RAY], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 1
+    assert 'pip install "berth[ray]" (Ray 2.60.0), then restart the console.' in done.stderr
+    assert not Cluster.objects.filter(name="no-ray").exists()

@@ -223,8 +223,13 @@ def test_an_engine_that_crashes_after_serving_is_restarted_by_ray_and_serves_aga
         # The copy stops serving, with Ray's words, while Ray starts the same actor again.
         wait_for(lambda: "Ray is trying again" in Copy.objects.get(pk=copy.pk).pending_reason,
                  60, every=0.1, what="the copy saying Ray is trying again")  # fmt: skip
-        assert Copy.objects.get(pk=copy.pk).state == "STARTING"
-        wait_for(reached(crashy, DeploymentState.DEPLOYED), 180, every=0.5,
+        waiting = Copy.objects.get(pk=copy.pk)
+        assert waiting.state == "STARTING"
+        assert "Ray is trying again (restart 1)" in waiting.pending_reason  # Ray's own count
+        # The deployment's state follows its copies a moment later: wait for the copy itself.
+        wait_for(lambda: Copy.objects.get(pk=copy.pk).state == "READY", 180, every=0.5,
+                 what="the copy READY again")  # fmt: skip
+        wait_for(reached(crashy, DeploymentState.DEPLOYED), 30, every=0.5,
                  what="DEPLOYED again")  # fmt: skip
         again = Copy.objects.get(pk=copy.pk)
         assert (again.state, again.pending_reason, again.last_error_code) == ("READY", "", "")

@@ -42,7 +42,7 @@ def test_a_restarting_actor_says_ray_is_trying_again_and_a_dead_one_why():
     restarting = observation(HANDLE, {"group": "CREATED", "actor": "RESTARTING", "restarts": 1})
     assert restarting.status == "waiting"
     assert (
-        restarting.message == "A start failed: the engine exited; Ray is trying again (restart 2)"
+        restarting.message == "A start failed: the engine exited; Ray is trying again (restart 1)"
     )
     killed = observation(HANDLE, {"group": None, "actor": "DEAD", "death_cause": "… RAY_KILL …"})
     assert (killed.status, killed.message) == ("exited", "Stopped by Ray (ray.kill).")

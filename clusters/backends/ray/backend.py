@@ -121,7 +121,20 @@ class RayBackend:
     # ---------------------------------------------------------------- discovery and files
 
     def discover(self) -> Discovery:
-        return discover(self.cluster.dashboard_url, self.cluster.token, self.cluster.gpu_memory_gib)
+        cluster = self.cluster
+        return discover(
+            cluster.dashboard_url, cluster.token, cluster.gpu_memory_gib, self.measured_gpus()
+        )
+
+    def measured_gpus(self) -> dict[str, Any]:
+        """Each GPU node's GPUs as NVML reports them there, by node id (the driver measures
+        them); none before the driver runs: discovery then goes by the declared memory."""
+        if not self.socket_path.exists():
+            return {}
+        try:
+            return dict(self.ask("gpus", timeout=90).get("nodes", {}))
+        except BackendError:
+            return {}
 
     def prepare_files(
         self, machine: str, files: ModelFiles, progress: Progress | None = None
@@ -266,7 +279,8 @@ def observation(handle: CopyHandle, seen: dict[str, Any]) -> Observation:
     restarts = int(seen.get("restarts") or 0)
     if actor == "RESTARTING" or (not ready and restarts):
         # Restarting, or restarted with its engine not answering yet: Ray is trying again.
-        number = restarts + 1 if actor == "RESTARTING" else restarts
+        # Ray counts a restart when it begins (RESTARTING already carries it).
+        number = max(restarts, 1)
         return Observation(
             copy_id,
             "waiting",

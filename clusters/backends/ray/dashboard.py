@@ -154,12 +154,22 @@ def nothing_answers(address: str) -> str | None:
     return None
 
 
+TOKEN_REFUSED = (
+    "the Ray cluster requires a token and refused the one given (or none was): give the "
+    "cluster's token (RAY_AUTH_TOKEN on its side)"
+)
+
+
+def token_env(token: str) -> dict[str, str]:
+    """A driver's environment for a cluster's token: Ray's client sends it only in token mode.
+    In the environment, never on the command line."""
+    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token} if token else {}
+
+
 def probe(address: str, token: str, timeout: float) -> dict[str, Any]:
     """Connect as Ray's drivers do, in a process of its own (Ray binds a process to one
     cluster): the versions, the dashboard's address, the nodes; or Ray's words why not."""
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
-    if token:
-        env["RAY_AUTH_TOKEN"] = token  # in the environment, never on the command line
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **token_env(token)}
     argv = [sys.executable, "-m", "clusters.backends.ray.driver", "probe", address]
     try:
         done = subprocess.run(
@@ -167,6 +177,8 @@ def probe(address: str, token: str, timeout: float) -> dict[str, Any]:
         )
     except subprocess.TimeoutExpired:
         return {"error": f"no answer within {timeout:g} s"}
+    if "InvalidAuthToken" in done.stderr:  # Ray retries, then says only that it failed
+        return {"error": TOKEN_REFUSED}
     lines = done.stdout.strip().splitlines()
     try:
         return dict(json.loads(lines[-1]))
@@ -234,44 +246,67 @@ def node_address(machine: str) -> str:
     return machine.rsplit("-", 1)[0]
 
 
-def discover(address: str, token: str, gpu_memory_gib: Mapping[str, float]) -> Discovery:
-    """The alive nodes that have GPUs, each GPU's memory from the admin's declaration for its
-    accelerator type: a node whose GPU memory is not known receives no placement, and the
-    message says which type to declare."""
+def discover(
+    address: str,
+    token: str,
+    gpu_memory_gib: Mapping[str, float],
+    measured: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Discovery:
+    """The alive nodes that have GPUs, with each GPU's memory as NVML measured it on the node
+    (`measured`, by node id: the driver's "gpus"), else as the admin declared it for the node's
+    accelerator type. A node whose GPU memory is known neither way receives no placement, and
+    the message says why and which type to declare."""
     try:
         nodes = alive_nodes(address, token, timeout=10)
     except Exception as error:
         return Discovery((), message=f"Ray's dashboard at {address}: {error}", reachable=False)
-    machines, unknown = [], set()
+    machines, unknown = [], {}
     for node in nodes:
         gpus = gpu_count(node)
         if not gpus:
             continue  # the head, CPU-only nodes: no GPU to place on
         kind = accelerator_type(node)
-        memory = gpu_memory_gib.get(kind)
+        found = (measured or {}).get(node.node_id) or {}
+        memory = gpu_memory_bytes(found, gpu_memory_gib.get(kind))
         if memory is None:
-            unknown.add(kind or "(none declared by the node)")
+            unknown.setdefault(kind or "(none declared by the node)", found.get("error", ""))
         machines.append(machine_of(node, gpus, kind, memory))
     message = f"{len(machines)} Ray nodes with GPUs."
     notices: tuple[str, ...] = ()
     if unknown:
         notices = (NOTICE_PARTIAL_DISCOVERY,)
-        message += (
-            f" GPU memory unknown for accelerator type {', '.join(sorted(unknown))}: those "
-            "nodes get no copies. Declare it per type (admin, or addcluster --gpu-memory TYPE=GiB)."
-        )
+        message += f" {unknown_memory_words(unknown)}"
     return Discovery(tuple(machines), notices, message)
 
 
-def machine_of(node: Any, gpus: int, kind: str, memory_gib: float | None) -> DiscoveredMachine:
+def gpu_memory_bytes(measured: Mapping[str, Any], declared_gib: float | None) -> int | None:
+    """A node's GPU memory: the smallest of its GPUs as NVML measured them (Ray, not Berth,
+    picks which of the node's GPUs a copy gets), else the memory declared for its type."""
+    devices = measured.get("devices") or []
+    if devices:
+        return min(int(device["memory_bytes"]) for device in devices)
+    return int(declared_gib * GIB) if declared_gib is not None else None
+
+
+def unknown_memory_words(unknown: Mapping[str, str]) -> str:
+    """Which accelerator types have nodes of unknown GPU memory, NVML's words where it said
+    why, and how to declare it."""
+    why = next((error for error in unknown.values() if error), "")
+    measured = f" (NVML on their nodes: {why})" if why else " (not measured yet)"
+    return (
+        f"GPU memory unknown for accelerator type {', '.join(sorted(unknown))}{measured}: those "
+        "nodes get no copies. Declare it per type (admin, or addcluster --gpu-memory TYPE=GiB)."
+    )
+
+
+def machine_of(node: Any, gpus: int, kind: str, memory_bytes: int | None) -> DiscoveredMachine:
     resources = node.resources_total or {}
-    memory_bytes = int(memory_gib * GIB) if memory_gib else 0
     accelerators = tuple(
         DiscoveredAccelerator(
             index=index,
             vendor="nvidia",
             product=kind or "unknown",
-            memory_bytes=memory_bytes,
+            memory_bytes=memory_bytes or 0,
             uuid=f"ray-{node.node_id[:16]}-{index}",
             compute_capability=compute_capability(kind),
             sharing_class="shared",
@@ -284,7 +319,7 @@ def machine_of(node: Any, gpus: int, kind: str, memory_gib: float | None) -> Dis
         cpu_count=int(resources.get("CPU", 0)),
         system_memory_bytes=int(resources.get("memory", 0)),
         accelerators=accelerators,
-        capacity_known=memory_gib is not None,
+        capacity_known=memory_bytes is not None,
     )
 
 

@@ -240,10 +240,39 @@ def started_at(name: str) -> float | None:
     return float(status["started_at"])
 
 
-def discover(_request: dict[str, Any]) -> dict[str, Any]:
-    import ray
+# What NVML reported on each GPU node, by Ray node id: a node's GPUs do not change while it lives.
+MEASURED: dict[str, dict[str, Any]] = {}
+MEASURE_WAIT_S = 60  # a node may first start a worker process for the task
 
-    return {"nodes": [node for node in ray.nodes() if node.get("Alive")]}
+
+def gpus(_request: dict[str, Any]) -> dict[str, Any]:
+    """Each alive GPU node's GPUs as NVML reports them on the node: a task pinned to the node
+    measures it once (node_gpus.py)."""
+    import ray
+    from ray import cloudpickle
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from clusters.backends.ray import node_gpus
+
+    cloudpickle.register_pickle_by_value(node_gpus)
+    measure = ray.remote(num_cpus=0)(node_gpus.gpus_here)
+    alive = [n["NodeID"] for n in ray.nodes() if n.get("Alive") and n["Resources"].get("GPU")]
+    asked = {
+        node: measure.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)
+        ).remote()
+        for node in alive
+        if node not in MEASURED
+    }
+    if asked:  # every node at once: one that does not answer holds up the others no longer
+        ray.wait(list(asked.values()), num_returns=len(asked), timeout=MEASURE_WAIT_S)
+    unanswered = {}
+    for node, answer in asked.items():
+        try:
+            MEASURED[node] = ray.get(answer, timeout=0)
+        except Exception as error:  # not kept: asked again at the next discovery
+            unanswered[node] = {"error": f"the task that reads NVML did not answer ({error})"}
+    return {"nodes": {node: MEASURED.get(node) or unanswered[node] for node in alive}}
 
 
 OPERATIONS = {
@@ -252,7 +281,7 @@ OPERATIONS = {
     "observe": observe,
     "logs": logs,
     "running": running,
-    "discover": discover,
+    "gpus": gpus,
 }
 
 
