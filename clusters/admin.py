@@ -91,6 +91,10 @@ class ClusterAdminForm(forms.ModelForm):
             "engine_image",
             "engine_version",
             "sharing_strategy",
+            "repack_policy",
+            "consolidate_window",
+            "consolidate_above_percent",
+            "consolidate_below_load",
             "simulated_inventory",
         ]
 
@@ -181,8 +185,9 @@ def refresh_action(modeladmin: Any, request: HttpRequest, queryset: QuerySet[Clu
 @admin.register(Cluster)
 class ClusterAdmin(admin.ModelAdmin):
     form = ClusterAdminForm
-    list_display = ["name", "kind", "topology", "state", "sharing_strategy", "last_seen"]
-    list_filter = ["kind", "state", "sharing_strategy"]
+    list_display = ["name", "kind", "topology", "state", "sharing_strategy", "repack_policy",
+                    "last_seen"]  # fmt: skip
+    list_filter = ["kind", "state", "sharing_strategy", "repack_policy"]
     search_fields = ["name", "description"]
     readonly_fields = [
         "state",

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import re
+from datetime import time
+
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
 from console import crypto
@@ -58,6 +63,40 @@ class SharingClass(models.TextChoices):
     UNIFIED_MEMORY = "unified_memory", "Unified memory"
 
 
+WINDOW = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)-([01]\d|2[0-3]):([0-5]\d)$")
+
+
+def parse_window(text: str) -> tuple[time, time]:
+    """ "02:00-05:00" → its start and end (an end before the start runs past midnight)."""
+    found = WINDOW.match(text.strip())
+    if found is None:
+        raise ValueError(
+            f"{text!r} is not a time window: write it as HH:MM-HH:MM, e.g. 02:00-05:00"
+        )
+    h1, m1, h2, m2 = map(int, found.groups())
+    if (h1, m1) == (h2, m2):
+        raise ValueError(f"{text!r} starts and ends at the same time: give a window of time")
+    return time(h1, m1), time(h2, m2)
+
+
+def in_window(text: str, now: time) -> bool:
+    start, end = parse_window(text)
+    return start <= now < end if start < end else now >= start or now < end
+
+
+def window_validator(text: str) -> None:
+    try:
+        parse_window(text)
+    except ValueError as bad:
+        raise ValidationError(str(bad)) from None
+
+
+class RepackPolicy(models.TextChoices):
+    OFF = "off", "Off: moves only where an operator accepts them"
+    ON_REQUEST = "on_request", "On request: move copies to make room without asking"
+    CONSOLIDATE = "consolidate", "Consolidate: also pack copies in a window to free whole GPUs"
+
+
 class Cluster(models.Model):
     """A set of machines Berth places copies on, reached through one backend."""
 
@@ -81,6 +120,21 @@ class Cluster(models.Model):
     engine_version = models.CharField(max_length=40, blank=True)
     sharing_strategy = models.CharField(
         max_length=16, choices=SharingStrategy.choices, blank=True, default=SharingStrategy.NONE
+    )
+    # Re-packing (deployments/moving.py): when copies may be moved to make room, and when and
+    # how far the cluster consolidates by itself (a window "HH:MM-HH:MM" in the console's time
+    # zone, above a fragmentation in percent, below a load in requests in flight per copy).
+    repack_policy = models.CharField(
+        max_length=16, choices=RepackPolicy.choices, default=RepackPolicy.OFF
+    )
+    consolidate_window = models.CharField(
+        max_length=11, blank=True, validators=[window_validator], help_text="e.g. 02:00-05:00"
+    )
+    consolidate_above_percent = models.PositiveSmallIntegerField(
+        default=30, validators=[MaxValueValidator(100)], help_text="fragmentation, in percent"
+    )
+    consolidate_below_load = models.FloatField(
+        default=1.0, validators=[MinValueValidator(0)], help_text="requests in flight per copy"
     )
     # The simulator's machines and GPUs, described as data (the simulator backend reads it).
     simulated_inventory = models.JSONField(default=dict, blank=True)

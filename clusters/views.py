@@ -11,11 +11,13 @@ from django.shortcuts import get_object_or_404, render
 
 from clusters.backends import isolation
 from clusters.forms import ClusterFilter
-from clusters.models import Accelerator, Cluster, ClusterKind, Machine, with_counts
+from clusters.models import Accelerator, Cluster, ClusterKind, Machine, RepackPolicy, with_counts
 from console.lists import headings, pager
 from deployments.access import visible_deployments
 from deployments.models import Reservation
-from placement.words import percent_of
+from deployments.snapshot import inventory_for
+from placement.repack import fragmentation
+from placement.words import gib, percent_of
 
 LOCAL_KINDS = {ClusterKind.STANDALONE, ClusterKind.SIMULATOR}
 NOTICE_WORDS = {
@@ -96,4 +98,33 @@ def cluster_detail(request: HttpRequest, pk: int) -> HttpResponse:
     notices: list[Any] = [NOTICE_WORDS.get(n, n) for n in cluster.notices]
     if cluster.kind in LOCAL_KINDS:  # engines on this machine: how far they are fenced in
         notices += isolation.status_words()
-    return render(request, "clusters/detail.html", {"cluster": cluster, "notices": notices})
+    context = {
+        "cluster": cluster,
+        "notices": notices,
+        "free_room": free_room_words(cluster),
+        "repack_words": repack_words(cluster),
+    }
+    return render(request, "clusters/detail.html", context)
+
+
+def repack_words(cluster: Cluster) -> str:
+    """The cluster's re-packing policy, and when it consolidates."""
+    words = f"Re-packing: {cluster.get_repack_policy_display()}"
+    if cluster.repack_policy != RepackPolicy.CONSOLIDATE:
+        return words
+    window = cluster.consolidate_window or "any time"
+    return (
+        f"{words} ({window}, above {cluster.consolidate_above_percent}% in pieces, below "
+        f"{cluster.consolidate_below_load} requests in flight per copy)"
+    )
+
+
+def free_room_words(cluster: Cluster) -> list[str]:
+    """How the free room lies, per GPU product: in all, the most on one GPU, and the share in
+    pieces (on GPUs some copy already uses): what consolidation would gather."""
+    return [
+        f"{row.product}: {gib(row.free_bytes)} free, at most {gib(row.largest_free_bytes)} on "
+        f"one GPU; {row.percent}% of the free room lies in pieces (on GPUs some copy uses)."
+        # Read afresh: the page's cluster has its machines prefetched another way.
+        for row in fragmentation(inventory_for(Cluster.objects.get(pk=cluster.pk)))
+    ]

@@ -219,6 +219,7 @@ class HostRequest:
     revision: str = ""
     autoscaling: Any = None  # the API's object (deployments/autoscaling.py reads it)
     movable: bool = True  # False: re-packing never moves its copies
+    allow_moves: bool = False  # True: other copies may move to make room (deployments/moving.py)
 
 
 def host(actor: Any, request: HostRequest) -> Deployment:
@@ -234,6 +235,7 @@ def host(actor: Any, request: HostRequest) -> Deployment:
         "chat_name": check_chat_name(request.chat_name, name),
         "reply_wait_s": parse_reply_wait(request.reply_wait_s),
         "movable": request.movable is not False,
+        "make_room": parse_allow_moves(request.allow_moves),
     }
     if request.variant.model_id != request.model.pk:
         raise ActionRefused(
@@ -261,11 +263,12 @@ def host(actor: Any, request: HostRequest) -> Deployment:
                 **values,
             )
             autoscaled = f", autoscaling {policy.words()}" if policy else ""
+            moves = ", moving other copies to make room where needed" if values["make_room"] else ""
             record(
                 deployment,
                 actor,
                 f"Host {values['copies_wanted']} × {values['accelerators_per_copy']} "
-                f"on {request.cluster.name}{autoscaled}",
+                f"on {request.cluster.name}{autoscaled}{moves}",
             )
             live.broadcast_on_commit("deployments", live.DEPLOYMENT_ADDED, deployment.pk)
             never = lifecycle.never_fits(deployment)
@@ -290,11 +293,35 @@ def fetch_files(deployment: Deployment, actor: Any) -> None:
         raise ActionRefused(str(refused), "revision") from None
 
 
+def parse_allow_moves(raw: Any) -> bool:
+    if raw in (True, False):
+        return bool(raw)
+    if raw in ("", None, "off", "false"):
+        return False
+    if raw in ("on", "true"):
+        return True
+    raise ActionRefused(
+        f"{printable_value(raw)} is not a yes or no: give true to let other copies move to make "
+        "room, or false",
+        "allow_moves",
+    )
+
+
+def printable_value(raw: Any) -> str:
+    return repr(str(raw)[:40])
+
+
 def scale(
-    actor: Any, deployment: Deployment, copies: Any, accelerators_per_copy: Any = None
+    actor: Any,
+    deployment: Deployment,
+    copies: Any,
+    accelerators_per_copy: Any = None,
+    allow_moves: Any = False,
 ) -> Done:
-    """Set how many copies run and (optionally) the size of each."""
+    """Set how many copies run and (optionally) the size of each; with `allow_moves`, copies of
+    other deployments may move to make room for the new ones."""
     wanted = parse_copies(copies)
+    make_room = parse_allow_moves(allow_moves)
     size = (
         deployment.accelerators_per_copy
         if accelerators_per_copy in (None, "")
@@ -309,12 +336,18 @@ def scale(
         locked = Deployment.objects.select_for_update().get(pk=deployment.pk)
         new_size = size != locked.accelerators_per_copy
         # A fixed number is the operator's word over the autoscaler's: it turns autoscaling off.
-        fields = {"copies_wanted": wanted, "accelerators_per_copy": size, "autoscaling": None}
+        fields = {
+            "copies_wanted": wanted,
+            "accelerators_per_copy": size,
+            "autoscaling": None,
+            "make_room": make_room,
+        }
         if new_size:
             fields["generation"] = locked.generation + 1
         Deployment.objects.filter(pk=locked.pk).update(**fields)
         words = f"Scale to {plural(wanted, 'copy', 'copies')}"
         words += f" of {size} accelerator{'s' if size > 1 else ''} each" if new_size else ""
+        words += ", moving other copies to make room where needed" if make_room else ""
         was_autoscaled = locked.autoscaling is not None
         record(locked, actor, words + (" (autoscaling off)" if was_autoscaled else ""))
         lifecycle.enqueue("converge_deployment", locked.pk)

@@ -6,7 +6,15 @@ from django.contrib import admin, messages
 from django.http import HttpRequest
 
 from deployments import actions
-from deployments.models import Copy, Deployment, Event, LogLine, MachineFiles, Reservation
+from deployments.models import (
+    Copy,
+    CopyMove,
+    Deployment,
+    Event,
+    LogLine,
+    MachineFiles,
+    Reservation,
+)
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -85,6 +93,16 @@ class ReservationAdmin(ReadOnlyAdmin):
     list_display = ["copy", "machine", "accelerator", "reserved_bytes", "share", "resource_name"]
     list_filter = ["machine__cluster"]
     search_fields = ["copy__deployment__name", "machine__name"]
+
+
+@admin.register(CopyMove)
+class CopyMoveAdmin(ReadOnlyAdmin):
+    """Re-packing moves, as the console runs them (deployments/moving.py): to read, not edit."""
+
+    list_display = ["created_at", "cluster", "deployment", "position", "state", "to_machine",
+                    "why", "message"]  # fmt: skip
+    list_filter = ["state", "cluster"]
+    search_fields = ["deployment__name", "plan", "why"]
 
 
 @admin.register(Event)

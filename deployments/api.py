@@ -25,7 +25,7 @@ from clusters.models import Accelerator, Cluster
 from console.access import NEEDS_OPERATE, operated_teams, team_roles
 from console.api_schema import ERRORS, InvalidForModel
 from console.models import Team
-from deployments import actions, choosing, machine_files
+from deployments import actions, choosing, machine_files, repacking
 from deployments.access import get_deployment, visible_deployments
 from deployments.actions import ActionRefused, HostRequest
 from deployments.api_input import (
@@ -41,7 +41,6 @@ from deployments.api_input import (
 )
 from deployments.choices import CopyState
 from deployments.engine.settings import CATALOG as ENGINE_SETTINGS
-from deployments.fit_words import moves_words, size_text
 from deployments.forms import DeploymentFilter, LogFilter
 from deployments.models import Copy, Deployment, LogLine, Reservation
 from deployments.placing import estimate, fit_check, fit_check_with_moves, placement_request
@@ -123,6 +122,9 @@ class DeploymentOut(Schema):
     copies: list[CopyOut]
     autoscaling: AutoscalingOut | None = Field(description="null: a fixed number of copies")
     movable: bool = Field(description="false: re-packing never moves its copies")
+    make_room: bool = Field(
+        description="true: copies of other deployments may be moved to make room for its own"
+    )
 
 
 class MachineFilesOut(Schema):
@@ -332,6 +334,7 @@ def deployment_out(deployment: Deployment) -> dict[str, Any]:
         "copies": [copy_out(copy, topology) for copy in copies],
         "autoscaling": deployment.autoscaling,
         "movable": deployment.movable,
+        "make_room": deployment.make_room,
     }
 
 
@@ -434,6 +437,7 @@ def host(request: HttpRequest, payload: HostIn) -> Status[dict[str, Any]]:
         revision=payload.revision,
         autoscaling=policy_of(payload.autoscaling),
         movable=payload.movable,
+        allow_moves=payload.allow_moves,
     )
     deployment = actions.host(request.user, asked)
     return Status(202, {"id": deployment.pk, "state": deployment.state, "chosen": chosen})
@@ -481,7 +485,9 @@ def operate(request: HttpRequest, pk: int, act: Callable[[Deployment], Any]) -> 
 def scale(request: HttpRequest, id: int, payload: ScaleIn) -> Status[dict[str, Any]]:
     def act(deployment: Deployment) -> Any:
         size = payload.accelerators_per_copy
-        return actions.scale(request.user, deployment, payload.copies, size)
+        return actions.scale(
+            request.user, deployment, payload.copies, size, allow_moves=payload.allow_moves
+        )
 
     return Status(202, operate(request, id, act))
 
@@ -657,23 +663,10 @@ def check_fit(request: HttpRequest, payload: FitCheckIn) -> dict[str, Any]:
         return fit_check_out(fit_check(cluster, asked), asked.max_model_len)
     repack = fit_check_with_moves(cluster, asked)
     answer = fit_check_out(repack.result, asked.max_model_len)
-    named = nameable_deployments(request.user, repack.moves)
-    sizes = sizes_of({move.deployment for move in repack.moves})
+    named = repacking.nameable(request.user, {move.deployment for move in repack.moves})
     answer["moves"] = [move_out(move, named) for move in repack.moves]
-    answer["moves_words"] = moves_words(repack, sizes, named)
+    answer["moves_words"] = repacking.moves_told_to(request.user, repack)
     return answer
-
-
-def nameable_deployments(user: Any, moves: Iterable[Move]) -> set[str]:
-    """The moved deployments this user may see named: staff all, others their teams' own."""
-    names = {move.deployment for move in moves}
-    visible = visible_deployments(user).filter(name__in=names)
-    return set(visible.values_list("name", flat=True))
-
-
-def sizes_of(names: set[str]) -> dict[str, str]:
-    rows = Deployment.objects.filter(name__in=names).values_list("name", "accelerators_per_copy")
-    return {name: f"{size_text(size)} GPU" for name, size in rows}
 
 
 def move_out(move: Move, named: set[str]) -> dict[str, Any]:

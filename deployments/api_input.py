@@ -237,11 +237,23 @@ class HostIn(StrictSchema):
     movable: bool = Field(
         True, description="false: re-packing never moves its copies to make room for another"
     )
+    allow_moves: bool = Field(
+        False,
+        description="when its copies do not fit now: move copies of other deployments to make "
+        "room, each started at its new place before the old one stops (what the fit check "
+        "with allow_moves shows)",
+    )
 
 
 class ScaleIn(StrictSchema):
     copies: Copies = Field(description=COPIES_HELP)
     accelerators_per_copy: Size | None = Field(None, description=f"{SIZE_HELP}; null: unchanged")
+    allow_moves: bool = Field(
+        False,
+        description="when its copies do not fit now: move copies of other deployments to make "
+        "room, each started at its new place before the old one stops (what the fit check "
+        "with allow_moves shows)",
+    )
 
 
 class ChatNameIn(StrictSchema):

@@ -77,6 +77,20 @@ COPY_HOLDS_NO_ROOM = frozenset({CopyState.PENDING, CopyState.STOPPED, CopyState.
 COPY_STOPPING_OR_STOPPED = frozenset({CopyState.STOPPING, CopyState.STOPPED})
 
 
+class MoveState(StateChoices):
+    """A re-packing move of one copy (deployments/moving.py), make-before-break."""
+
+    PLANNED = "planned", Badge.GREY, "Planned"
+    STARTING = "starting", Badge.BLUE, "Starting at its new place"
+    SWITCHING = "switching", Badge.BLUE, "Old copy draining"
+    DONE = "done", Badge.GREEN, "Done"
+    ROLLED_BACK = "rolled_back", Badge.RED, "Rolled back"
+    CANCELLED = "cancelled", Badge.GREY, "Cancelled"
+
+
+MOVE_UNFINISHED = frozenset({MoveState.PLANNED, MoveState.STARTING, MoveState.SWITCHING})
+
+
 class MachineFilesState(StateChoices):
     QUEUED = "queued", Badge.GREY, "Queued"
     COPYING = "copying", Badge.BLUE, "Copying"
@@ -105,6 +119,7 @@ class EventKind(models.TextChoices):
     ACTION = "action", "Operator action"
     SYSTEM = "system", "System"
     AUTOSCALE = "autoscale", "Autoscaling"
+    MOVE = "move", "Re-packing"
 
 
 class LogStream(models.TextChoices):

@@ -13,10 +13,10 @@ from django.db.models import Q
 from catalog.models import Model, ServerModel, ServerModelState, Variant
 from clusters.models import Cluster
 from console.models import Team
-from deployments import actions, choosing, fit_words
+from deployments import actions, choosing, fit_words, repacking
 from deployments.engine.variant_advice import hardware_of
 from deployments.fit_words import size_choices, size_text
-from deployments.placing import fit_check, for_cluster, placement_request
+from deployments.placing import fit_check, fit_check_with_moves, for_cluster, placement_request
 from deployments.snapshot import inventory_for
 
 STEPS = ("model", "where", "settings", "review")
@@ -48,6 +48,7 @@ class Draft:
     revision: str = ""
     team_id: int | None = None
     autoscaling: dict[str, Any] | None = None  # the API's object; None: a fixed number
+    allow_moves: bool = False  # the operator accepted the moves the fit check offered
     touched_at: float = 0.0
     # Said once on the next page (what a preset changed, a capped share): every valid POST
     # redirects, so the browser's back and forward only ever revisit GETs.
@@ -114,6 +115,20 @@ def fit_for(draft: Draft) -> fit_words.FitWords | None:
     return fit_words.check(inventory_for(cluster), asked, hardware_of(cluster))
 
 
+def moves_for(draft: Draft, fit: fit_words.FitWords | None, user: Any) -> str:
+    """When not every copy fits now: the moves of other copies after which they would, in
+    words for this user, for the operator to accept ("" when none would)."""
+    if fit is None or fit.level not in ("partial", "none_now") or fit.fit_empty < draft.copies:
+        return ""
+    asked = placement_request(
+        draft.model, draft.variant, draft.settings, Decimal(draft.size), draft.copies
+    )
+    repack = fit_check_with_moves(draft.cluster, asked)  # type: ignore[arg-type]
+    if not (repack.found and repack.moves):
+        return ""
+    return repacking.moves_told_to(user, repack)
+
+
 def ready_for_settings(draft: Draft) -> bool:
     return bool(draft.model and draft.variant and draft.cluster and draft.size)
 
@@ -143,4 +158,5 @@ def host_request(draft: Draft, team: Team) -> actions.HostRequest:
         chat_name=draft.chat_name or "",
         revision=draft.revision,
         autoscaling=draft.autoscaling,
+        allow_moves=draft.allow_moves,
     )

@@ -15,7 +15,12 @@ from typing import Any
 import placement
 from deployments.engine.variant_advice import Hardware, hardware_of
 from deployments.models import Deployment
-from deployments.placing import first_reason, for_cluster, placement_request
+from deployments.placing import (
+    first_reason,
+    fit_check_with_moves,
+    for_cluster,
+    placement_request,
+)
 from deployments.snapshot import inventory_for, reservation_rows, reservation_to_inventory
 from placement.repack import Move, Repack
 from placement.shares import engine_share
@@ -267,6 +272,18 @@ def scale_words(deployment: Deployment, copies: int, size: Decimal) -> ScaleWord
     )
 
 
+def moves_for_scale(deployment: Deployment, copies: int, size: Decimal) -> Repack | None:
+    """When not all the copies asked for fit now: the moves of other copies after which they
+    would (None where they fit, or the size is not one placement takes)."""
+    try:
+        asked = placement_request(
+            deployment.model, deployment.variant, deployment.engine_settings, size, copies
+        )
+        return fit_check_with_moves(deployment.cluster, asked, inventory_without(deployment))
+    except ValueError:
+        return None
+
+
 def per_copy_words(hardware: Hardware, size: float, settings: dict[str, Any]) -> str:
     used = size_label(size)
     text = f"Each copy uses {used}."
@@ -305,7 +322,9 @@ def cannot_start_words(fit: FitWords, copies: int) -> str:
 NO_DOWNTIME = "no downtime: each starts at its new place before the old one stops"
 
 
-def moves_words(repack: Repack, sizes: dict[str, str], may_name: set[str]) -> str:
+def moves_words(
+    repack: Repack, sizes: dict[str, str], may_name: set[str], lead: str = "Fits after moving"
+) -> str:
     """ "Fits after moving 2 copies: qwen3-8b copy 1 (h100-1 GPU 2 → h100-2 GPU 0), another
     team's copy of 0.5 GPU (…); no downtime: …". `sizes` gives each deployment's size in
     words; a deployment not in `may_name` (another team's, to a non-staff viewer) is not named."""
@@ -315,7 +334,7 @@ def moves_words(repack: Repack, sizes: dict[str, str], may_name: set[str]) -> st
         return ""
     told = ", ".join(move_words(move, sizes, may_name) for move in repack.moves)
     count = plural(len(repack.moves), "copy", "copies")
-    return f"Fits after moving {count}: {told}; {NO_DOWNTIME}."
+    return f"{lead} {count}: {told}; {NO_DOWNTIME}."
 
 
 def move_words(move: Move, sizes: dict[str, str], may_name: set[str]) -> str:

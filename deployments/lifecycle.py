@@ -12,13 +12,13 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, Q, Sum
+from django.db.models import Count, F, Q, Sum
 from django.utils import timezone
 
 from catalog.models import ServerModel, ServerModelState
 from clusters.models import Cluster
 from console import live
-from deployments import autoscaling, load, transitions
+from deployments import autoscaling, load, repacking, transitions
 from deployments.choices import (
     COPY_PLACED,
     COPY_STOPPING_OR_STOPPED,
@@ -41,7 +41,7 @@ from deployments.placing import (
     request_for,
     reserve,
 )
-from placement import GIB
+from placement import GIB, PlanResult
 from placement.words import gib, percent, plural
 
 log = logging.getLogger(__name__)
@@ -65,11 +65,15 @@ def enqueue_now(task_name: str, *ids: int) -> None:
 # --- placing -----------------------------------------------------------------------------
 
 
+def q_live_current_copies() -> Q:
+    """Copies of their deployment's current generation (its size now) that are not leaving:
+    what counts toward the copies it wants (one rule for one deployment or many at once)."""
+    return Q(generation=F("deployment__generation")) & ~Q(state__in=COPY_STOPPING_OR_STOPPED)
+
+
 def ensure_copies(deployment: Deployment) -> None:
     """Create Copy rows of the current generation up to the number wanted."""
-    current = deployment.copies.filter(generation=deployment.generation).exclude(
-        state__in=COPY_STOPPING_OR_STOPPED
-    )
+    current = deployment.copies.filter(q_live_current_copies())
     missing = deployment.copies_wanted - current.count()
     if missing <= 0:
         return
@@ -168,12 +172,21 @@ def place(deployment_id: int) -> None:
             transitions.move_copy(copy.pk, CopyState.COPYING_FILES, message=placed_words(placed))
             enqueue("prepare_copy", copy.pk)
         unplaced = waiting[len(result.placed) :]
+        making_room = room_being_made(deployment, unplaced, result) if unplaced else ""
         for copy, reason in zip(unplaced, result.not_placed, strict=False):
-            wait_for_room(copy, reason.message)
-        if not result.placed and is_fresh(deployment):
+            wait_for_room(copy, making_room or reason.message)
+        if not result.placed and is_fresh(deployment) and not making_room:
             fail_no_fit(deployment, unplaced, first_reason(result))
             return
     refresh_state(deployment_id)
+
+
+def room_being_made(deployment: Deployment, unplaced: list[Copy], result: PlanResult) -> str:
+    """Why the copies wait where other copies move to make room for them, or moving them was
+    tried lately and rolled back: such copies wait rather than fail ("" where neither)."""
+    reason = first_reason(result)
+    words = repacking.make_room(deployment, unplaced, reason)
+    return "" if words == reason else words
 
 
 def is_fresh(deployment: Deployment) -> bool:
@@ -338,7 +351,7 @@ def retry_due(deployment_id: int) -> None:
     """Copies whose next attempt is due wait for room again (placement runs next)."""
     due = Copy.objects.filter(
         deployment_id=deployment_id, state=CopyState.FAILED, next_attempt_at__lte=timezone.now()
-    )
+    ).exclude(repacking.q_new_copy_of_a_move())
     for copy in due:
         transitions.move_copy_if_in(
             copy.pk,
@@ -443,10 +456,15 @@ def desired_state(deployment: Deployment, counts: dict[str, int] | None = None) 
 
 
 def refresh_state(deployment_id: int) -> None:
-    """Bring the deployment's state and message in line with its copies."""
-    deployment = Deployment.objects.filter(pk=deployment_id).first()
-    if deployment is None:
-        return
+    """Bring the deployment's state and message in line with its copies, under its row lock:
+    a stop that comes meanwhile is never undone by a state decided before it."""
+    with transaction.atomic():
+        deployment = Deployment.objects.select_for_update().filter(pk=deployment_id).first()
+        if deployment is not None:
+            refresh_locked(deployment)
+
+
+def refresh_locked(deployment: Deployment) -> None:
     if deployment.state == DeploymentState.STOPPING:
         finish_stopping(deployment)
         return
@@ -476,7 +494,9 @@ def refresh_states(deployment_ids: list[int]) -> None:
             continue
         state, message = desired_state(deployment, counts[deployment.pk])
         if state != deployment.state:
-            moves.append(transitions.Move(deployment.pk, state, message))
+            moves.append(
+                transitions.Move(deployment.pk, state, message, decided_from=deployment.state)
+            )
         elif message != deployment.last_message:
             transitions.set_last_message(deployment.pk, message)
     transitions.move_deployments(moves)
@@ -565,15 +585,17 @@ def startup_deadline(copy: Copy) -> timedelta:
 def scale_down_extras(deployment: Deployment) -> None:
     """Fewer copies wanted: those that leave drain first (see start_draining); copies not yet
     serving leave first, then the least loaded, then the newest. More wanted again while some
-    drain: they stay, which is quicker than starting new ones."""
-    current = list(
-        deployment.copies.filter(generation=deployment.generation).exclude(
-            state__in=COPY_STOPPING_OR_STOPPED
-        )
-    )
+    drain: they stay, which is quicker than starting new ones. A copy being moved (its old
+    and its new place) is the move's: the move counts as one copy."""
+    moving = repacking.moving_copies(deployment)
+    current = [
+        copy
+        for copy in deployment.copies.filter(q_live_current_copies())
+        if copy.pk not in moving.copy_ids
+    ]
     staying = [copy for copy in current if copy.draining_since is None]
     draining = [copy for copy in current if copy.draining_since is not None]
-    extra = len(staying) - deployment.copies_wanted
+    extra = len(staying) + moving.moves - deployment.copies_wanted
     if extra < 0:
         for copy in draining[:-extra]:
             keep_serving(copy)

@@ -26,6 +26,7 @@ from deployments.choices import (
     LogPattern,
     LogStream,
     MachineFilesState,
+    MoveState,
     NotificationEvent,
 )
 from deployments.guard import StateGuardedModel
@@ -57,10 +58,13 @@ class Deployment(StateGuardedModel):
     # None: a fixed number of copies. Else the bounds and target the autoscaler keeps it in
     # (deployments/autoscaling.py: Policy, the one reading of this object).
     autoscaling = models.JSONField(null=True, blank=True, editable=False)
-    # Woken from IDLE by a request at this time, and no copy serves yet; the cold start it
-    # took last (seconds), which the gateway tells a client to wait.
     # False: re-packing never moves its copies to make room for another (placement/repack.py).
     movable = models.BooleanField(default=True)
+    # True: the operator accepted moves of other copies to make room for this one's copies
+    # (deployments/moving.py), whatever the cluster's re-packing policy.
+    make_room = models.BooleanField(default=False)
+    # Woken from IDLE by a request at this time, and no copy serves yet; the cold start it
+    # took last (seconds), which the gateway tells a client to wait.
     waking_since = models.DateTimeField(null=True, blank=True, editable=False)
     last_cold_start_s = models.FloatField(null=True, blank=True, editable=False)
     engine = models.CharField(max_length=16, choices=Engine.choices, default=Engine.VLLM)
@@ -212,6 +216,43 @@ class Reservation(models.Model):
 
     def __str__(self) -> str:
         return f"{self.copy} holds {self.reserved_bytes} B on {self.accelerator or self.machine}"
+
+
+class CopyMove(models.Model):
+    """One make-before-break move of a copy to other GPUs of its cluster (re-packing)."""
+
+    # Made to give room to another deployment's copies (`for_deployment`) or to free whole
+    # GPUs (consolidation). The moves of one plan share `plan` and run one at a time in
+    # `position` order; each row is the truth of its step, so a console restart continues
+    # from it (deployments/moving.py).
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="moves")
+    plan = models.CharField(max_length=32, db_index=True)
+    position = models.PositiveIntegerField()
+    for_deployment = models.ForeignKey(
+        Deployment, on_delete=models.SET_NULL, null=True, blank=True, related_name="moves_for"
+    )
+    why = models.CharField(max_length=200)
+    deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="moves")
+    old_copy = models.ForeignKey(
+        Copy, on_delete=models.SET_NULL, null=True, blank=True, related_name="moved_out"
+    )
+    new_copy = models.ForeignKey(
+        Copy, on_delete=models.SET_NULL, null=True, blank=True, related_name="moved_in"
+    )
+    from_words = models.CharField(max_length=200)
+    to_machine = models.ForeignKey(Machine, on_delete=models.CASCADE, related_name="moves_in")
+    to_accelerators = models.JSONField(default=list)
+    state = StateField(MoveState, default=MoveState.PLANNED)
+    message = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["created_at", "plan", "position"]
+
+    def __str__(self) -> str:
+        return f"move {self.plan}/{self.position} of {self.deployment_id}"
 
 
 class Event(models.Model):

@@ -80,11 +80,17 @@ def fit_check(cluster: Cluster, request: placement.PlacementRequest) -> placemen
     return placement.plan(inventory_for(cluster), for_cluster(cluster, request))
 
 
-def fit_check_with_moves(cluster: Cluster, request: placement.PlacementRequest) -> Repack:
+def fit_check_with_moves(
+    cluster: Cluster,
+    request: placement.PlacementRequest,
+    inventory: placement.Inventory | None = None,
+) -> Repack:
     """The fit check, and when the request does not fit now, the fewest moves of other copies
-    after which it does (nothing is moved or reserved)."""
+    after which it does (nothing is moved or reserved). On the cluster as it is, or as
+    `inventory` has it (a scale: without the deployment's own copies)."""
     budget_s = settings.REPACK_BUDGET_MS / 1000
-    return plan_with_moves(inventory_for(cluster), for_cluster(cluster, request), budget_s)
+    inventory = inventory_for(cluster) if inventory is None else inventory
+    return plan_with_moves(inventory, for_cluster(cluster, request), budget_s)
 
 
 def first_reason(result: placement.PlanResult, otherwise: str = "") -> str:

@@ -18,14 +18,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from django.db import transaction
-from django.db.models import Count, F, Max, Q
+from django.db.models import Count, Max, Q
 
 import placement
 from catalog.models import ServerModel, ServerModelState
 from clusters.models import Accelerator, Cluster, Machine
 from deployments import lifecycle, transitions
 from deployments.choices import (
-    COPY_STOPPING_OR_STOPPED,
     DEPLOYMENT_PLACEABLE,
     CopyState,
     DeploymentState,
@@ -171,7 +170,7 @@ def plan_in_order(cluster: Cluster, deployments: list[Deployment]) -> list[Plann
 def copies_so_far(ids: list[int]) -> tuple[dict[int, int], dict[int, int]]:
     """Per deployment: its live copies of the current generation, and its highest ordinal."""
     rows = Copy.objects.filter(deployment_id__in=ids).values("deployment_id")
-    current = Q(generation=F("deployment__generation")) & ~Q(state__in=COPY_STOPPING_OR_STOPPED)
+    current = lifecycle.q_live_current_copies()
     live, highest = {}, {}
     for row in rows.annotate(live=Count("id", filter=current), highest=Max("ordinal")).order_by():
         live[row["deployment_id"]] = row["live"]

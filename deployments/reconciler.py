@@ -17,12 +17,11 @@ from django.utils import timezone
 from clusters.backends.base import ENGINE_GONE, RunningEngine
 from clusters.models import Cluster
 from clusters.registry import backend_for, install_id
-from deployments import launching, lifecycle, machine_files, placing_pass
+from deployments import launching, lifecycle, machine_files, moving, placing_pass
 from deployments.choices import (
     COPY_HOLDS_NO_ROOM,
     COPY_MAY_HAVE_ENGINE,
     COPY_PLACED,
-    COPY_STOPPING_OR_STOPPED,
     COPY_WAITING,
     DEPLOYMENT_PLACEABLE,
     CopyState,
@@ -71,9 +70,7 @@ def redispatch_abandoned(deployment: Deployment) -> None:
 
 
 def needs_placing(deployment: Deployment) -> bool:
-    live = deployment.copies.filter(generation=deployment.generation).exclude(
-        state__in=COPY_STOPPING_OR_STOPPED
-    )
+    live = deployment.copies.filter(lifecycle.q_live_current_copies())
     return live.count() < deployment.copies_wanted or live.filter(state__in=COPY_WAITING).exists()
 
 
@@ -161,6 +158,7 @@ def is_settled(deployment: Deployment, copies: list[tuple[str, int, int]]) -> bo
 
 def reconcile_all() -> None:
     reap_stuck()
+    moving.advance_all()
     evacuate_lost_machines()
     release_orphaned_reservations()
     redispatch_stalled_downloads()

@@ -175,6 +175,9 @@ class Move:
     to: str
     message: str = ""
     fields: dict[str, Any] = field(default_factory=dict)
+    # Where given, the state the change was decided from: a row that has moved on since (a
+    # stop came meanwhile) is left as it is.
+    decided_from: str = ""
 
 
 def move_copies(moves: list[Move]) -> list[Copy]:
@@ -227,6 +230,7 @@ def move_deployments(moves: list[Move]) -> list[Deployment]:
     with transaction.atomic():
         locked = Deployment.objects.select_for_update()
         rows = {d.pk: d for d in locked.filter(pk__in=[m.id for m in moves]).order_by("pk")}
+        moves = [m for m in moves if not m.decided_from or rows[m.id].state == m.decided_from]
         now = timezone.now()
         befores = {}
         for move in moves:

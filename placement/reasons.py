@@ -171,14 +171,29 @@ class RoomFacts:
     ) -> RoomFacts:
         # What a unit offers depends only on its static kind: work it out once per kind.
         by_kind = {unit_type.static_id: unit_type for unit_type in types}
-        offers = [offer for t in by_kind.values() for offer in unit_offers(t, need)]
-        holding = [reserve for reserve, budget in offers if budget >= need.estimate_bytes]
-        largest, at = _largest_free(state, types, need)
+        offers = {kind: unit_offers(t, need) for kind, t in by_kind.items()}
+        holding = [
+            reserve
+            for kind_offers in offers.values()
+            for reserve, budget in kind_offers
+            if budget >= need.estimate_bytes
+        ]
+        # The free room that counts is on units that could hold a copy if empty: a smaller
+        # unit's free room, however large, is not what the copy waits for.
+        could_hold = {
+            kind
+            for kind, kind_offers in offers.items()
+            if any(budget >= need.estimate_bytes for _, budget in kind_offers)
+        }
+        holders = [t for t in types if t.static_id in could_hold] or types
+        largest, at = _largest_free(state, holders, need)
         return cls(
             estimate=estimate,
             request=request,
             reserve_needed=min(holding, default=0),
-            largest_engine_budget=max((budget for _, budget in offers), default=0),
+            largest_engine_budget=max(
+                (budget for kind_offers in offers.values() for _, budget in kind_offers), default=0
+            ),
             largest_free=largest,
             largest_free_at=at,
             unified_only=all(unit_type.kind is Kind.UNIFIED for unit_type in types),

@@ -92,7 +92,8 @@ def operate(
 def scale(request: HttpRequest, pk: int) -> HttpResponse:
     copies = request.POST.get("copies", "")
     size = request.POST.get("accelerators_per_copy", "") or None
-    return operate(request, pk, lambda d: actions.scale(request.user, d, copies, size))
+    moves = request.POST.get("allow_moves", "")
+    return operate(request, pk, lambda d: actions.scale(request.user, d, copies, size, moves))
 
 
 @require_POST

@@ -10,9 +10,9 @@ from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 
 from console.access import NEEDS_OPERATE
-from deployments import actions
+from deployments import actions, repacking
 from deployments.access import get_deployment
-from deployments.fit_words import scale_words, size_text
+from deployments.fit_words import moves_for_scale, scale_words, size_text
 from deployments.models import Deployment
 
 
@@ -28,14 +28,17 @@ def scale_values(deployment: Deployment, query: Any) -> tuple[int, Decimal, str]
     return copies, size, ""
 
 
-def dialog_context(deployment: Deployment, query: Any) -> dict[str, Any]:
+def dialog_context(deployment: Deployment, query: Any, user: Any) -> dict[str, Any]:
     copies, size, problem = scale_values(deployment, query)
+    scale = scale_words(deployment, copies, size)
     return {
+        "moves": moves_offer(deployment, copies, size, user) if scale.cannot_start else "",
+        "allow_moves": query.get("allow_moves") == "on",
         "deployment": deployment,
         "copies": copies,
         "size": size_text(size),
         "size_editable": deployment.accelerators_per_copy <= 1,
-        "scale": scale_words(deployment, copies, size),
+        "scale": scale,
         "problem": problem,
     }
 
@@ -44,7 +47,7 @@ def dialog_context(deployment: Deployment, query: Any) -> dict[str, Any]:
 def scale_dialog(request: HttpRequest, pk: int) -> HttpResponse:
     """The Scale dialog with a live fit check; it posts to deployment_scale."""
     deployment = get_deployment(request.user, pk, NEEDS_OPERATE)
-    context = dialog_context(deployment, request.GET)
+    context = dialog_context(deployment, request.GET, request.user)
     if getattr(request, "htmx", False):
         return render(request, "deployments/_scale_dialog.html", context)
     return render(request, "deployments/editor/scale_page.html", context)
@@ -54,5 +57,16 @@ def scale_fit(request: HttpRequest, pk: int) -> HttpResponse:
     """The dialog's fit check for the values typed so far (htmx)."""
     deployment = get_deployment(request.user, pk, NEEDS_OPERATE)
     return render(
-        request, "deployments/editor/_scale_fit.html", dialog_context(deployment, request.GET)
+        request,
+        "deployments/editor/_scale_fit.html",
+        dialog_context(deployment, request.GET, request.user),
     )
+
+
+def moves_offer(deployment: Deployment, copies: int, size: Decimal, user: Any) -> str:
+    """The moves of other copies after which the copies asked for fit, in words, to accept
+    with the dialog's box ("" when none would)."""
+    repack = moves_for_scale(deployment, copies, size)
+    if repack is None or not (repack.found and repack.moves):
+        return ""
+    return repacking.moves_told_to(user, repack)

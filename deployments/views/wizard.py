@@ -36,6 +36,7 @@ from deployments.drafts import (
     fit_for,
     host_request,
     models_on_this_server,
+    moves_for,
     proposed_chat_name,
     proposed_name,
     ready_for_settings,
@@ -251,6 +252,7 @@ def read_where(request: HttpRequest, draft: Draft, mode: str) -> WhereForm:
         draft.size = size_text(data["size"])
     if "copies" in data:
         draft.copies = data["copies"]
+    draft.allow_moves = request.POST.get("allow_moves") == "on"
     applied = request.POST.get("apply_size", "")
     if applied:
         try:
@@ -298,6 +300,7 @@ def where_page(
         "where.html",
         form=form or where_form(request, draft, fit=fit),
         fit=fit,
+        moves=moves_for(draft, fit, request.user),
         **variant_words(draft),
     )
 
@@ -317,8 +320,10 @@ def fit(request: HttpRequest, draft_id: str) -> HttpResponse:
     read_where(request, draft, editor.mode_of(request))
     store(request, draft)
     mode = editor.mode_of(request)
+    fit = fit_for(draft)
     context = {
-        "fit": fit_for(draft),
+        "fit": fit,
+        "moves": moves_for(draft, fit, request.user),
         "draft": draft,
         "mode": mode,
         "variant": draft.variant,
@@ -465,13 +470,15 @@ def host(request: HttpRequest, draft: Draft, form: ReviewForm) -> HttpResponse:
 
 def review_page(request: HttpRequest, draft: Draft, form: ReviewForm) -> HttpResponse:
     state = editor.build_state(editor_where(draft), draft.settings, editor.mode_of(request))
+    fit = fit_for(draft)
     return page(
         request,
         draft,
         "review",
         "review.html",
         form=form,
-        fit=fit_for(draft),
+        fit=fit,
+        moves=moves_for(draft, fit, request.user) if draft.allow_moves else "",
         editor=state,
         size=draft.size,
         single_team=len(form.fields["team"].choices) == 1,

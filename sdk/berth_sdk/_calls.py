@@ -126,6 +126,7 @@ def host(
     team: str | None,
     revision: str | None,
     autoscaling: Autoscaling | None = None,
+    allow_moves: bool = False,
 ) -> Request:
     """What is left None is left to the console, which chooses it and says why."""
     body: dict[str, Any] = {
@@ -140,6 +141,8 @@ def host(
         body["engine_settings"] = dict(engine_settings)
     if autoscaling is not None:
         body["autoscaling"] = autoscaling_body(autoscaling)
+    if allow_moves:
+        body["allow_moves"] = True
     return Request("POST", "/deployments", body=body)
 
 
@@ -154,9 +157,13 @@ def deployments(
     return Request("GET", "/deployments", {**params, "limit": str(MOST_PER_PAGE)})
 
 
-def scale(pk: int, copies: int, accelerators_per_copy: Size | None) -> Request:
+def scale(
+    pk: int, copies: int, accelerators_per_copy: Size | None, allow_moves: bool = False
+) -> Request:
     size = None if accelerators_per_copy is None else number(accelerators_per_copy)
-    body = {"copies": copies, "accelerators_per_copy": size}
+    body: dict[str, Any] = {"copies": copies, "accelerators_per_copy": size}
+    if allow_moves:
+        body["allow_moves"] = True
     return Request("POST", f"/deployments/{pk}/scale", body=body)
 
 

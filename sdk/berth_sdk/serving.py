@@ -110,6 +110,7 @@ class Serving:
         revision: str | None = None,
         autoscaling: Autoscaling | None = None,
         on_update: OnUpdate | None = None,
+        allow_moves: bool = False,
     ) -> int:
         """Host a model and return the deployment's id.
 
@@ -120,6 +121,8 @@ class Serving:
         raising DeploymentFailedError if it fails (FAILED, ERROR, MUST_REDOWNLOAD) and
         DeploymentTimeoutError (a TimeoutError) after `timeout_seconds`; `on_update` is called
         with the deployment at each poll. Without, it returns once the console has accepted it.
+        With `allow_moves`, copies of other deployments may move to make room (each started at
+        its new place before the old one stops), as the fit check's moves show.
         """
         hosted = self.host(
             model_id,
@@ -134,6 +137,7 @@ class Serving:
             team=team,
             revision=revision,
             autoscaling=autoscaling,
+            allow_moves=allow_moves,
         )
         if wait:
             self.wait_deployment_ready(
@@ -156,6 +160,7 @@ class Serving:
         team: str | None = None,
         revision: str | None = None,
         autoscaling: Autoscaling | None = None,
+        allow_moves: bool = False,
     ) -> HostedDeployment:
         """Ask the console to host a model, without waiting; the answer says what it chose
         for what was left out, and why."""
@@ -173,6 +178,7 @@ class Serving:
             team=team,
             revision=revision,
             autoscaling=autoscaling,
+            allow_moves=allow_moves,
         )
         return HostedDeployment.from_api(self._transport.send(request))
 
@@ -273,10 +279,15 @@ class Serving:
     # --- changing --------------------------------------------------------------------------
 
     def scale(
-        self, deployment: DeploymentRef, copies: int, accelerators_per_copy: Size | None = None
+        self,
+        deployment: DeploymentRef,
+        copies: int,
+        accelerators_per_copy: Size | None = None,
+        allow_moves: bool = False,
     ) -> Deployment:
-        """Run `copies` copies (0 to 1000), each of `accelerators_per_copy` (unchanged: None)."""
-        request = calls.scale(self._id(deployment), copies, accelerators_per_copy)
+        """Run `copies` copies (0 to 1000), each of `accelerators_per_copy` (unchanged: None);
+        with `allow_moves`, copies of other deployments may move to make room for them."""
+        request = calls.scale(self._id(deployment), copies, accelerators_per_copy, allow_moves)
         return Deployment.from_api(self._transport.send(request))
 
     def set_autoscaling(
@@ -415,6 +426,7 @@ class AsyncServing:
         revision: str | None = None,
         autoscaling: Autoscaling | None = None,
         on_update: OnUpdate | None = None,
+        allow_moves: bool = False,
     ) -> int:
         """Host a model and return the deployment's id; see Serving.deploy_model."""
         hosted = await self.host(
@@ -430,6 +442,7 @@ class AsyncServing:
             team=team,
             revision=revision,
             autoscaling=autoscaling,
+            allow_moves=allow_moves,
         )
         if wait:
             await self.wait_deployment_ready(
@@ -452,6 +465,7 @@ class AsyncServing:
         team: str | None = None,
         revision: str | None = None,
         autoscaling: Autoscaling | None = None,
+        allow_moves: bool = False,
     ) -> HostedDeployment:
         """Ask the console to host a model, without waiting; see Serving.host."""
         model = one_model(model_id, repo_id)
@@ -468,6 +482,7 @@ class AsyncServing:
             team=team,
             revision=revision,
             autoscaling=autoscaling,
+            allow_moves=allow_moves,
         )
         return HostedDeployment.from_api(await self._transport.send(request))
 
@@ -565,9 +580,14 @@ class AsyncServing:
     # --- changing --------------------------------------------------------------------------
 
     async def scale(
-        self, deployment: DeploymentRef, copies: int, accelerators_per_copy: Size | None = None
+        self,
+        deployment: DeploymentRef,
+        copies: int,
+        accelerators_per_copy: Size | None = None,
+        allow_moves: bool = False,
     ) -> Deployment:
-        request = calls.scale(await self._id(deployment), copies, accelerators_per_copy)
+        deployment_id = await self._id(deployment)
+        request = calls.scale(deployment_id, copies, accelerators_per_copy, allow_moves)
         return Deployment.from_api(await self._transport.send(request))
 
     async def set_autoscaling(

@@ -54,7 +54,13 @@ from placement import (  # noqa: E402
     estimate_copy,
     plan,
 )
-from placement.repack import Move, held_copies, moved_inventory, plan_with_moves  # noqa: E402
+from placement.repack import (  # noqa: E402
+    Move,
+    fragmentation,
+    held_copies,
+    moved_inventory,
+    plan_with_moves,
+)
 
 SCALE = 1_000_000  # shares in millionths, as exact integers
 UNIFIED_RESERVE = 8 * GIB
@@ -598,7 +604,7 @@ def quality_per_request(rng: random.Random, instances: int) -> PerRequestFigures
 
 DEMAND = (0.8, 1.2)  # a sequence asks for 80-120 % of the GPUs the cluster has for it
 MEASURES = {"GiB": "by GiB of model placed (estimate x GPUs)", "copies": "by number of copies"}
-STRATEGIES = ("binpack", "spread", "first-fit", "binpack+moves")
+STRATEGIES = ("binpack", "spread", "first-fit", "binpack+moves", "any re-packing")
 REPACK_BUDGET_S = 0.2  # BERTH_REPACK_BUDGET_MS's default
 
 
@@ -615,6 +621,11 @@ class OverTimeFigures:
     moves: int = 0
     copies_with_moves: int = 0
     repack_ms: list[float] = field(default_factory=list)
+    # Copies that found no room even with moves; of them, those for which the free room of the
+    # whole cluster was less than one copy needs: no move can help those (it is not fragmentation).
+    unplaced: int = 0
+    short_in_all: int = 0
+    out_of_time: int = 0  # searches that ended at the budget with no moves found
 
 
 def arrivals(rng: random.Random, inventory: Inventory, demand: float) -> list[PlacementRequest]:
@@ -660,25 +671,40 @@ def named(placed: tuple[Placement, ...], deployment: str, first: int) -> tuple[R
 
 
 def placed_with_moves(
-    inventory: Inventory, requests: list[PlacementRequest], figures: OverTimeFigures
+    inventory: Inventory,
+    requests: list[PlacementRequest],
+    figures: OverTimeFigures,
+    events: list[tuple[str, int]] | None = None,
+    moves: bool = True,
 ) -> list[int]:
     """In arrival order with binpack; a copy that does not fit now is placed after the fewest
-    moves of earlier copies that make room, when some do (each move applied to the state)."""
-    held, placed = inventory.reservations, []
-    for number, request in enumerate(requests):
-        name = f"r{number}"
+    moves of earlier copies that make room, when some do (each move applied to the state).
+    `events`: arrivals ("arrive", i) and departures ("leave", i: its copies go); by default
+    every request arrives in turn and none leaves."""
+    held, placed = inventory.reservations, [0] * len(requests)
+    for kind, number in events or [("arrive", i) for i in range(len(requests))]:
+        name, request = f"r{number}", requests[number]
+        if kind == "leave":
+            held = tuple(r for r in held if r.deployment != name)
+            continue
         current = Inventory(inventory.machines, held, inventory.sharing)
         result = plan(current, request)
         held += named(result.placed, name, 0)
         count = len(result.placed)
         one = replace(request, copies=1, allow_moves=True)
-        while count < request.copies:
+        while moves and count < request.copies:
             began = time.perf_counter()
             repack = plan_with_moves(
                 Inventory(inventory.machines, held, inventory.sharing), one, REPACK_BUDGET_S
             )
             figures.repack_ms.append((time.perf_counter() - began) * 1000)
             if not repack.found:
+                figures.unplaced += request.copies - count
+                figures.out_of_time += "ran out of time" in repack.message
+                if free_in_all(Inventory(inventory.machines, held, inventory.sharing)) < (
+                    repack.result.estimate.total_bytes * request.tensor_parallel
+                ):
+                    figures.short_in_all += request.copies - count
                 break
             after = Inventory(inventory.machines, held, inventory.sharing)
             for move in repack.moves:
@@ -687,6 +713,32 @@ def placed_with_moves(
             figures.moves += len(repack.moves)
             count += 1
         figures.copies_with_moves += count
+        placed[number] = count
+    return placed
+
+
+def free_in_all(inventory: Inventory) -> int:
+    """Free bytes on every GPU copies may share or take whole, together."""
+    return sum(row.free_bytes for row in fragmentation(inventory))
+
+
+def placed_with_any_repacking(inventory: Inventory, requests: list[PlacementRequest]) -> list[int]:
+    """The ceiling of re-packing in arrival order: a copy is taken if the exact solver can pack
+    it with every copy taken before it, each of them free to go anywhere (any number of moves,
+    MIG slices and shared GPUs included). No re-packing that keeps the arrival order can do
+    better; the offline optimum also chooses which requests to take."""
+    taken: list[PlacementRequest] = []
+    placed = []
+    for request in requests:
+        count = 0
+        while count < request.copies:
+            trial = [*taken, replace(request, copies=count + 1)]
+            best, proven = most_copies(inventory, trial)
+            if not proven or best < sum(r.copies for r in trial) - 1e-6:
+                break
+            count += 1
+        if count:
+            taken.append(replace(request, copies=count))
         placed.append(count)
     return placed
 
@@ -717,6 +769,7 @@ def quality_over_time(rng: random.Random, sequences: int) -> OverTimeFigures:
             name: placed_in_arrival_order(inventory, requests, s) for name, s in strategies.items()
         }
         placed["binpack+moves"] = placed_with_moves(inventory, requests, figures)
+        placed["any re-packing"] = placed_with_any_repacking(inventory, requests)
         for measure, (best, _) in optima.items():
             figures.optimum[measure] += best
             for name, copies in placed.items():
@@ -726,6 +779,42 @@ def quality_over_time(rng: random.Random, sequences: int) -> OverTimeFigures:
                 )
                 figures.placed[(measure, name)] += value
                 figures.ratios[(measure, name)].append(value / best)
+    return figures
+
+
+# --- (e) arrivals and departures: what moves add when copies also leave ----------------------
+
+
+@dataclass
+class ChurnFigures:
+    sequences: int = 0
+    binpack: int = 0  # copies placed at their arrival
+    with_moves: int = 0
+    moves: int = 0
+
+
+def churn(rng: random.Random, count: int) -> list[tuple[str, int]]:
+    """Each request arrives in turn; after 40 % of the arrivals an earlier one leaves."""
+    events, alive = [], []
+    for number in range(count):
+        events.append(("arrive", number))
+        alive.append(number)
+        if len(alive) > 1 and rng.random() < 0.4:
+            events.append(("leave", alive.pop(rng.randrange(len(alive)))))
+    return events
+
+
+def arrivals_and_departures(rng: random.Random, sequences: int) -> ChurnFigures:
+    figures = ChurnFigures()
+    while figures.sequences < sequences:
+        inventory = random_cluster(rng, rng.randint(3, 5))
+        requests = arrivals(rng, inventory, 1.5 * rng.uniform(*DEMAND))
+        events = churn(rng, len(requests))
+        scratch = OverTimeFigures()
+        figures.binpack += sum(placed_with_moves(inventory, requests, scratch, events, False))
+        figures.with_moves += sum(placed_with_moves(inventory, requests, scratch, events))
+        figures.moves += scratch.moves
+        figures.sequences += 1
     return figures
 
 
@@ -762,6 +851,10 @@ class SpeedFigures:
     plan_100_ms: float = 0.0
     first_fit_100_ms: float = 0.0
     curve: list[tuple[int, float, float]] = field(default_factory=list)  # machines, plan, first-fit
+    # (d) on a cluster with no untouched GPU: the moves that make room for a whole-GPU copy
+    repack_machines: int = 0
+    repack_ms: float = 0.0
+    repack_moves: int = 0
 
 
 QWEN3_8B = PlacementRequest(
@@ -772,6 +865,35 @@ QWEN3_8B = PlacementRequest(
 def plan_and_first_fit_ms(cluster: Inventory, repeats: int) -> tuple[float, float]:
     planned = median_ms(lambda: plan(cluster, QWEN3_8B), repeats)
     return planned, median_ms(lambda: first_fit(cluster, QWEN3_8B), repeats)
+
+
+def fragmented_cluster(rng: random.Random, machines: int) -> Inventory:
+    """Every GPU partly used by named (movable) copies of 1/8 to 1/2 of it: a whole-GPU copy
+    fits only after moves."""
+    nodes = tuple(MACHINE_TYPES[0].build(f"node-{i:05d}") for i in range(machines))
+    held = tuple(
+        Reservation(
+            node.name,
+            gpu.index,
+            int(share * gib(79.2)),
+            share,
+            deployment=f"d-{node.name}-{gpu.index}",
+            copy=0,
+        )  # fmt: skip
+        for node in nodes
+        for gpu in node.accelerators
+        for share in [rng.choice([0.125, 0.25, 0.5])]
+    )
+    return Inventory(nodes, held)
+
+
+def repack_speed(rng: random.Random, machines: int, repeats: int) -> tuple[float, int]:
+    cluster = fragmented_cluster(rng, machines)
+    whole = PlacementRequest(QWEN3_8B.model, QWEN3_8B.engine, 1, 1)
+    # Timed to the end, not cut at the budget: the figure says how long the search takes.
+    found = plan_with_moves(cluster, whole, 60.0)
+    assert found.found, found.message
+    return median_ms(lambda: plan_with_moves(cluster, whole, 60.0), repeats), len(found.moves)
 
 
 def speed(rng: random.Random, headline: int, sizes: list[int], repeats: int) -> SpeedFigures:
@@ -786,6 +908,8 @@ def speed(rng: random.Random, headline: int, sizes: list[int], repeats: int) -> 
             big_cluster(rng, machines, machines * 5), max(3, repeats * 100 // machines)
         )
         figures.curve.append((machines, *timings))
+    figures.repack_machines = min(headline, 1000)
+    figures.repack_ms, figures.repack_moves = repack_speed(rng, figures.repack_machines, repeats)
     return figures
 
 
@@ -796,6 +920,7 @@ def speed(rng: random.Random, headline: int, sizes: list[int], repeats: int) -> 
 class Report:
     per_request: PerRequestFigures
     over_time: OverTimeFigures
+    churn: ChurnFigures
     speed: SpeedFigures
     seconds: float
 
@@ -806,12 +931,14 @@ def run(smoke: bool, seed: int) -> Report:
         figures = (
             quality_per_request(rng, 20),
             quality_over_time(rng, 4),
+            arrivals_and_departures(rng, 4),
             speed(rng, 100, [10, 100], 5),
         )
     else:
         figures = (
             quality_per_request(rng, 300),
             quality_over_time(rng, 100),
+            arrivals_and_departures(rng, 100),
             speed(rng, 10000, [10, 100, 1000, 10000], 21),
         )
     return Report(*figures, time.perf_counter() - started)
@@ -850,6 +977,22 @@ def lines(report: Report, smoke: bool) -> Iterator[str]:
         f"optimum >= 98 %); planner per request that did not fit: median "
         f"{statistics.median(timings):.1f} ms, worst {timings[-1]:.1f} ms (budget "
         f"{REPACK_BUDGET_S * 1000:.0f} ms) on clusters of 3-5 machines"
+    )
+    yield (
+        f"    copies that found no room even with moves: {b.unplaced}; for {b.short_in_all} "
+        "of them the whole cluster had less room free than one copy needs; "
+        f"{b.out_of_time} searches ran out of time"
+    )
+    yield (
+        f"    on {c.repack_machines} machines x 8 GPUs, none untouched: a whole-GPU copy after "
+        f"{c.repack_moves} move(s), planned in {c.repack_ms:.1f} ms (median)"
+    )
+    e = report.churn
+    gain = percent(e.with_moves - e.binpack, e.binpack).strip()
+    yield (
+        f"(e) Arrivals and departures ({e.sequences} sequences asking for 120-180 % of the GPUs, "
+        f"an earlier request leaving after 40 % of arrivals): copies placed at arrival: binpack "
+        f"{e.binpack}, binpack+moves {e.with_moves} (+{gain}), with {e.moves} moves"
     )
     yield ""
     yield f"(c) Speed on {c.machines} machines x 8 GPUs, {c.machines * 5} reservations (median)"

@@ -20,7 +20,14 @@ from playwright.sync_api import expect
 
 from clusters.backends import supervisor
 from deployments.models import Copy, Deployment
-from tests.processes import ROOT, process_env, purge_queue, wait_for, wait_until_healthy
+from tests.processes import (
+    ROOT,
+    process_env,
+    purge_queue,
+    spelled_out_for_this_worker,
+    wait_for,
+    wait_until_healthy,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
 DEPLOYED_WITHIN_MS = 120_000
@@ -34,14 +41,16 @@ class Quickstart:
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         self.web_port = supervisor.free_port()
-        self.env = process_env(
-            folder / "state",
-            BERTH_VAR_DIR=str(folder / "var"),
-            BERTH_PORT=str(self.web_port),
-            BERTH_GATEWAY_PORT=str(supervisor.free_port()),
-            BERTH_BEAT_SCHEDULE=str(folder / "beat-schedule"),
-            BERTH_MODELS_DIR=str(folder / "models"),
-            BERTH_DEMO="1",
+        self.env = spelled_out_for_this_worker(
+            process_env(
+                folder / "state",
+                BERTH_VAR_DIR=str(folder / "var"),
+                BERTH_PORT=str(self.web_port),
+                BERTH_GATEWAY_PORT=str(supervisor.free_port()),
+                BERTH_BEAT_SCHEDULE=str(folder / "beat-schedule"),
+                BERTH_MODELS_DIR=str(folder / "models"),
+                BERTH_DEMO="1",
+            )
         )
         self.url = f"http://127.0.0.1:{self.web_port}"
         self.process: subprocess.Popen[bytes] | None = None

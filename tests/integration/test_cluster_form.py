@@ -23,6 +23,9 @@ def add_cluster(client, config: str):
             "engine_image": "vllm/vllm-openai",
             "sharing_strategy": "",
             "simulated_inventory": "{}",
+            "repack_policy": "off",  # the page's own initial values
+            "consolidate_above_percent": "30",
+            "consolidate_below_load": "1",
             "kubeconfig": config,
             "machines-TOTAL_FORMS": "0",
             "machines-INITIAL_FORMS": "0",

@@ -11,7 +11,8 @@ import pytest
 from django.core.management import call_command
 
 from catalog.models import Model
-from deployments.models import Deployment, Reservation
+from deployments.choices import EventKind
+from deployments.models import Deployment, Event, Reservation
 from tests import factories
 from tests.integration.test_api import Caller
 
@@ -78,7 +79,7 @@ def test_another_teams_deployment_is_named_to_staff_only_and_one_that_may_not_mo
     Deployment.objects.filter(pk=theirs.pk).update(movable=False)
     none = Caller(carol).post("/fit-check", {**ASK, "allow_moves": True}).json()
     assert none["moves"] == [] and none["placed"] == []
-    assert none["moves_words"] == "No moves of at most 3 copies make it fit: none exists."
+    assert none["moves_words"] == "No moves of other copies make it fit: none exists."
 
 
 def test_movable_is_taken_at_host_and_answered_and_a_bad_value_refused(fragmented, bob):
@@ -88,3 +89,56 @@ def test_movable_is_taken_at_host_and_answered_and_a_bad_value_refused(fragmente
     refused = Caller(bob).post("/deployments", {"model": QWEN, "variant": "bf16",
                                                 "cluster": "frag", "movable": "no"})  # fmt: skip
     assert refused.status_code == 422 and refused.json()["field"] == "movable"
+
+
+def test_host_and_scale_take_allow_moves_and_refuse_a_bad_value_in_words(fragmented, bob, client):
+    ours, _ = fragmented
+    refused = Caller(bob).post("/deployments", {"model": QWEN, "variant": "bf16",
+                                                "cluster": "frag", "allow_moves": "maybe"})  # fmt: skip
+    assert refused.status_code == 422 and refused.json()["field"] == "allow_moves"
+    bad_scale = Caller(bob).post(f"/deployments/{ours.pk}/scale", {"copies": 1, "allow_moves": 2})
+    assert bad_scale.status_code == 422 and bad_scale.json()["field"] == "allow_moves"
+    assert Deployment.objects.get(pk=ours.pk).make_room is False  # nothing half-written
+
+    scaled = Caller(bob).post(f"/deployments/{ours.pk}/scale", {"copies": 2, "allow_moves": True})
+    assert scaled.status_code == 202 and scaled.json()["make_room"] is True
+    event = Event.objects.filter(deployment=ours, kind=EventKind.ACTION).latest("id")
+    assert event.message == "Scale to 2 copies, moving other copies to make room where needed"
+    hosted = Caller(bob).post("/deployments", {"model": QWEN, "variant": "bf16", "cluster": "frag",
+                                               "name": "big", "allow_moves": True,
+                                               "engine_settings": {"max_model_len": 8192}})  # fmt: skip
+    assert hosted.status_code == 202, hosted.content
+    big = Deployment.objects.get(name="big")
+    assert big.make_room is True
+    assert (
+        Event.objects.filter(deployment=big, kind=EventKind.ACTION)
+        .get()
+        .message.endswith("on frag, moving other copies to make room where needed")
+    )
+
+    client.force_login(bob)
+    client.post(f"/deployments/{ours.pk}/scale/", {"copies": "1", "allow_moves": "maybe"})
+    assert Deployment.objects.get(pk=ours.pk).copies_wanted == 2  # refused, nothing changed
+    page = client.get(f"/deployments/{ours.pk}/").content.decode()
+    assert "Not done: allow moves: &#x27;maybe&#x27; is not a yes or no: give true to let other " \
+        "copies move to make room, or false." in page  # fmt: skip
+
+
+def test_the_scale_dialog_offers_the_moves_that_make_room_and_a_box_to_accept_them(
+    fragmented, bob, client
+):
+    ours, _ = fragmented
+    mine = factories.make_deployment("mine", ours.team, cluster=ours.cluster, model=ours.model,
+                                     copies_wanted=0)  # fmt: skip
+    client.force_login(bob)
+    url = f"/deployments/{mine.pk}/scale/fit/?copies=1&accelerators_per_copy=1"
+    fit = " ".join(client.get(url).content.decode().split())
+    assert (
+        '<p id="scale-moves">Fits after moving 1 copy: ours copy 0 (frag-m1 GPU 0 → frag-m1 GPU '
+        "1); no downtime: each starts at its new place before the old one stops.</p>" in fit
+    )
+    assert 'name="allow_moves" value="on" >' in fit  # not ticked until the operator ticks it
+    ticked = " ".join(client.get(url + "&allow_moves=on").content.decode().split())
+    assert 'name="allow_moves" value="on" checked>' in ticked
+    half = client.get(f"/deployments/{mine.pk}/scale/fit/?copies=1&accelerators_per_copy=0.5")
+    assert "scale-moves" not in half.content.decode()  # it fits now: nothing to move

@@ -25,7 +25,7 @@ from deployments.transitions import (
 from tests import factories
 
 ALL_DEPLOYMENT_MOVES = [
-    (a, b) for a, targets in DEPLOYMENT_TRANSITIONS.items() for b in sorted(targets)
+    (a, b) for a, targets in sorted(DEPLOYMENT_TRANSITIONS.items()) for b in sorted(targets)
 ]
 ILLEGAL_DEPLOYMENT_MOVES = [
     (a, b)
@@ -272,3 +272,17 @@ def test_many_deployments_move_at_once_with_their_events_and_messages(red):
         ("first", DeploymentState.REQUESTED, DeploymentState.DEPLOYING, red.pk),
         ("second", DeploymentState.REQUESTED, DeploymentState.FAILED, red.pk),
     ]
+
+
+def test_a_state_decided_before_a_stop_does_not_undo_it(red):
+    # A refresh counted the copies while the deployment was DEPLOYING; a stop came meanwhile.
+    deployment = deployment_in(DeploymentState.STOPPING, red)
+    events_before = Event.objects.count()
+    stale = Move(deployment.pk, DeploymentState.ERROR, "No copy serves; 1 waits for room: …",
+                 decided_from=DeploymentState.DEPLOYING)  # fmt: skip
+    assert move_deployments([stale]) == []
+    assert Deployment.objects.get(pk=deployment.pk).state == DeploymentState.STOPPING
+    assert Event.objects.count() == events_before
+    current = Move(deployment.pk, DeploymentState.STOPPED, "Stopped: no copy runs.",
+                   decided_from=DeploymentState.STOPPING)  # fmt: skip
+    assert [d.state for d in move_deployments([current])] == [DeploymentState.STOPPED]

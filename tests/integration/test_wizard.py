@@ -15,7 +15,7 @@ from catalog.models import Model, ServerModel
 from clusters.models import Accelerator, Cluster, Machine, SharingClass
 from deployments import placing
 from deployments.choices import DeploymentState
-from deployments.models import Deployment, Event
+from deployments.models import Deployment, Event, Reservation
 from tests import factories
 from tests.flag_corpus import HOSTILE
 
@@ -538,3 +538,50 @@ def test_a_platform_admin_may_host_in_any_team(as_alice, alice, red, blue):
     cluster = cluster_of("lab")
     html = as_alice.get(reach_review(as_alice, cluster)).content.decode()
     assert ">blue</option>" in html and ">red</option>" in html
+
+
+def half_gpu_copy(name: str, team, cluster: Cluster) -> None:
+    """A deployment of another model whose one copy holds half a GPU (as placing it would)."""
+    holder = factories.make_deployment(name, team, cluster=cluster, model=model("Qwen/Qwen3-8B"),
+                                       accelerators_per_copy="0.5")  # fmt: skip
+    placing.reserve(holder, [factories.make_copy(holder)])
+
+
+def test_a_copy_that_fits_only_after_moves_offers_them_and_hosts_with_them_accepted(
+    as_bob, bob, red, blue
+):
+    cluster = cluster_of("frag")
+    half_gpu_copy("ours", red, cluster)  # on GPU 0, and another team's on GPU 1
+    theirs = factories.make_deployment("theirs", blue, cluster=cluster,
+                                       model=model("Qwen/Qwen3-8B"), accelerators_per_copy="0.5")  # fmt: skip
+    copy = factories.make_copy(theirs)
+    gpu1 = Accelerator.objects.get(machine__cluster=cluster, index=1)
+    Reservation.objects.create(copy=copy, machine=gpu1.machine, accelerator=gpu1,
+                               reserved_bytes=gpu1.memory_bytes // 2, share="0.5")  # fmt: skip
+    where = start(as_bob, model=model().pk)
+    words = fit_words(as_bob, where, where_values(cluster, "1", 1))
+    assert (
+        "Fits after moving 1 copy: ours copy 0 (frag-1 GPU 0 → frag-1 GPU 1); no downtime: each "
+        "starts at its new place before the old one stops. Move these copies to make room"
+    ) in words
+    settings = as_bob.post(where, {**where_values(cluster, "1", 1), "allow_moves": "on",
+                                   "action": "next"})  # fmt: skip
+    review = as_bob.post(settings["Location"], {"editor_mode": "novice", "max_model_len": "4096",
+                                                "action": "next"})  # fmt: skip
+    page = text(as_bob.get(review["Location"]))
+    assert "Accepted: Fits after moving 1 copy: ours copy 0 (frag-1 GPU 0 → frag-1 GPU 1)" in page
+    as_bob.post(review["Location"], {"name": "whole", "chat_name": "", "revision": "",
+                                     "team": red.pk, "action": "host"})  # fmt: skip
+    assert Deployment.objects.get(name="whole").make_room is True
+
+
+def test_moves_not_ticked_are_not_made(as_bob, bob, red):
+    cluster = cluster_of("lab")
+    where = start(as_bob, model=model().pk)
+    settings = as_bob.post(where, {**where_values(cluster, "1", 1), "action": "next"})
+    review = as_bob.post(settings["Location"], {"editor_mode": "novice", "max_model_len": "4096",
+                                                "action": "next"})  # fmt: skip
+    assert "Accepted:" not in text(as_bob.get(review["Location"]))
+    as_bob.post(review["Location"], {"name": "plain", "chat_name": "", "revision": "",
+                                     "team": red.pk, "action": "host"})  # fmt: skip
+    assert Deployment.objects.get(name="plain").make_room is False

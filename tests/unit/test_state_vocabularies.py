@@ -11,7 +11,13 @@ from django.template.loader import render_to_string
 from catalog.models import ServerModel, ServerModelState
 from clusters.models import Cluster, ClusterState
 from console.choices import Badge, StateChoices
-from deployments.choices import CopyState, DeliveryState, DeploymentState, MachineFilesState
+from deployments.choices import (
+    CopyState,
+    DeliveryState,
+    DeploymentState,
+    MachineFilesState,
+    MoveState,
+)
 from deployments.models import Copy, Deployment, MachineFiles
 
 VOCABULARIES = [
@@ -21,6 +27,7 @@ VOCABULARIES = [
     MachineFilesState,
     ClusterState,
     DeliveryState,
+    MoveState,
 ]
 STATES = [state for vocabulary in VOCABULARIES for state in vocabulary]
 CSS = Path(__file__).resolve().parents[2] / "static" / "css" / "berth.css"

@@ -12,7 +12,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from clusters.admin import ClusterAdminForm
-from clusters.models import ClusterKind, SharingStrategy, Topology
+from clusters.models import ClusterKind, RepackPolicy, SharingStrategy, Topology
 
 # The form's fields as this command's options name them, for the errors.
 OPTION = {
@@ -25,6 +25,10 @@ OPTION = {
     "namespace": "--namespace",
     "simulated_inventory": "--spec",
     "sharing_strategy": "--sharing",
+    "repack_policy": "--repack-policy",
+    "consolidate_window": "--consolidate-window",
+    "consolidate_above_percent": "--consolidate-above",
+    "consolidate_below_load": "--consolidate-below-load",
 }
 
 
@@ -79,7 +83,8 @@ class Command(BaseCommand):
     help = (
         "Add a cluster: --kind ray --address HEAD:6379 [--gpu-memory TYPE=GiB …] "
         "[--token-file F | --token-env VAR]; --kind kubernetes --kubeconfig FILE "
-        "[--namespace NS]; --kind standalone; --kind simulator --spec FILE. Checked as the "
+        "[--namespace NS]; --kind standalone; --kind simulator --spec FILE; re-packing with "
+        "--repack-policy and --consolidate-*. Checked as the "
         "admin's form checks it; exit code 1 on refusal."
     )
 
@@ -99,13 +104,38 @@ class Command(BaseCommand):
             action="append",
             default=[],
             metavar="TYPE=GiB",
-            help="Ray: the GPU memory of an accelerator type Ray names (repeat per type)",
+            help="Ray: the GPU memory of an accelerator type Ray names, for nodes where NVML "
+            "cannot read it (repeat per type)",
         )
         parser.add_argument("--token-file", help="Ray: a file holding the cluster's token")
         parser.add_argument("--token-env", help="Ray: a variable holding the cluster's token")
         parser.add_argument("--kubeconfig", help="Kubernetes: the kubeconfig file")
         parser.add_argument("--namespace", help="Kubernetes: the namespace (default berth)")
         parser.add_argument("--spec", help="simulator: a JSON file of machines and GPUs")
+        parser.add_argument(
+            "--repack-policy",
+            default=RepackPolicy.OFF,
+            help="off (moves only where an operator accepts them), on_request (moves to make "
+            "room without asking) or consolidate (also packs copies to free whole GPUs)",
+        )
+        parser.add_argument(
+            "--consolidate-window",
+            default="",
+            metavar="HH:MM-HH:MM",
+            help="consolidate: when it may (the console's time zone; default: any time)",
+        )
+        parser.add_argument(
+            "--consolidate-above",
+            default="30",
+            metavar="PERCENT",
+            help="consolidate: when more than this share of the free room lies in pieces",
+        )
+        parser.add_argument(
+            "--consolidate-below-load",
+            default="1",
+            metavar="REQUESTS",
+            help="consolidate: only while its copies have fewer requests in flight each",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         kind = options["kind"]
@@ -132,6 +162,10 @@ class Command(BaseCommand):
             "sharing_strategy": options["sharing"] or default_sharing(kind),
             "simulated_inventory": "{}",
             "gpu_memory_gib": "{}",
+            "repack_policy": options["repack_policy"],
+            "consolidate_window": options["consolidate_window"],
+            "consolidate_above_percent": options["consolidate_above"],
+            "consolidate_below_load": options["consolidate_below_load"],
         }
         if kind == ClusterKind.RAY:
             data["address"] = options["address"] or ""

@@ -208,3 +208,15 @@ def test_every_copy_that_does_not_fit_gets_the_reason() -> None:
     result = plan(cluster(h100_machine("m1", 1)), request(QWEN3_8B, 0.5, copies=4))
     assert [n.copy for n in result.not_placed] == [3, 4]
     assert {n.reason for n in result.not_placed} == {NoFitReason.INSUFFICIENT_CAPACITY}
+
+
+def test_the_free_room_named_is_on_units_that_could_hold_the_copy() -> None:
+    # A fifth of an H100 gives the engine too little for Qwen3-8B; a fifth of the Spark's
+    # unified memory would do. The Spark is nearly full: its free room is what is short, not
+    # the empty H100's, however large.
+    held = reserve("spark", 0, 0.9, memory=gib(119.7))
+    inventory = cluster(h100_machine("m1", 1), SPARK, reservations=(held,))
+    reason, message = first_refusal(inventory, request(QWEN3_8B, 0.2))
+    assert reason is NoFitReason.INSUFFICIENT_CAPACITY
+    assert message.startswith("Each copy reserves 24.00 GiB on one accelerator for the model's ")
+    assert "but the most free on any suitable accelerator now is 12.00 GiB (spark)." in message

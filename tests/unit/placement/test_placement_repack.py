@@ -10,11 +10,27 @@ import json
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from placement_examples import QWEN3_0_6B, QWEN3_8B, cluster, h100_machine, request, reserve
+from placement_examples import (
+    QWEN3_0_6B,
+    QWEN3_8B,
+    cluster,
+    h100,
+    h100_machine,
+    h100_mig,
+    machine,
+    request,
+    reserve,
+)
 
 from placement import Inventory, Reservation, plan
 from placement.cli import main
-from placement.repack import over_committed, plan_with_moves, states_along
+from placement.repack import (
+    fragmentation,
+    over_committed,
+    plan_consolidation,
+    plan_with_moves,
+    states_along,
+)
 from placement.scenario import scenario_to_json
 
 
@@ -32,8 +48,8 @@ def moved(repack) -> list[tuple[str, str, tuple[int, ...], str, tuple[int, ...]]
     ]
 
 
-def never_over_committed(inventory: Inventory, repack) -> None:
-    for state in states_along(inventory, repack.moves):
+def never_over_committed(inventory: Inventory, moves) -> None:
+    for state in states_along(inventory, moves):
         assert over_committed(state) == [], state
 
 
@@ -48,7 +64,7 @@ def test_two_half_used_gpus_make_one_whole_gpu_with_one_move() -> None:
     assert repack.found and len(repack.moves) == 1
     assert moved(repack) == [("a", "m1", (0,), "m1", (1,))]  # equal bytes: the first by name
     assert [(p.machine, p.accelerators) for p in repack.result.placed] == [("m1", (0,))]
-    never_over_committed(inventory, repack)
+    never_over_committed(inventory, repack.moves)
 
 
 def test_the_fewest_moves_win_over_a_gpu_that_needs_more() -> None:
@@ -58,7 +74,7 @@ def test_the_fewest_moves_win_over_a_gpu_that_needs_more() -> None:
         held("m1", 2, 0.5, "d")))  # fmt: skip
     repack = plan_with_moves(inventory, WHOLE_GPU)
     assert moved(repack) == [("c", "m1", (1,), "m1", (0,))]
-    never_over_committed(inventory, repack)
+    never_over_committed(inventory, repack.moves)
 
 
 def test_two_moves_when_no_single_move_frees_a_gpu() -> None:
@@ -68,7 +84,7 @@ def test_two_moves_when_no_single_move_frees_a_gpu() -> None:
     repack = plan_with_moves(inventory, WHOLE_GPU)
     assert repack.found and len(repack.moves) == 2
     assert {m.deployment for m in repack.moves} == {"a", "b"}
-    never_over_committed(inventory, repack)
+    never_over_committed(inventory, repack.moves)
 
 
 def test_a_sequence_that_needs_an_order_gets_it_and_ties_go_to_the_fewest_bytes() -> None:
@@ -85,14 +101,14 @@ def test_a_sequence_that_needs_an_order_gets_it_and_ties_go_to_the_fewest_bytes(
         r.bytes for r in inventory.reservations if r.deployment in "abc"
     )
     assert [(p.machine, p.accelerators) for p in repack.result.placed] == [("m1", (0, 1))]
-    never_over_committed(inventory, repack)
+    never_over_committed(inventory, repack.moves)
 
 
 def test_none_is_found_when_there_is_nowhere_to_move_and_it_says_so() -> None:
     inventory = cluster(h100_machine("m1", 1), reservations=(held("m1", 0, 0.5, "a"),))
     repack = plan_with_moves(inventory, WHOLE_GPU)
     assert not repack.found and repack.moves == ()
-    assert repack.message == "No moves of at most 3 copies make it fit: none exists."
+    assert repack.message == "No moves of other copies make it fit: none exists."
     assert repack.result.not_placed  # the plan without moves, with its reason
 
 
@@ -131,7 +147,7 @@ def test_no_state_along_any_plan_over_commits_and_the_end_fits(per_gpu: list[lis
     )
     repack = plan_with_moves(inventory, request(QWEN3_0_6B, 1.0), budget_s=2)
     if repack.found:
-        never_over_committed(inventory, repack)
+        never_over_committed(inventory, repack.moves)
         assert len(repack.result.placed) == 1 and len(repack.moves) <= 3
 
 
@@ -170,3 +186,95 @@ def test_the_command_line_answers_the_moves_in_order_and_refuses_bad_fields() ->
         err = io.StringIO()
         assert main(["plan"], io.StringIO(json.dumps(bad)), io.StringIO(), err) == 2
         assert words in err.getvalue(), err.getvalue()
+
+
+# --- consolidation: moves that free a whole GPU ------------------------------------------
+
+
+def test_consolidation_packs_two_half_used_gpus_into_one_and_frees_the_other() -> None:
+    inventory = cluster(h100_machine("m1", 2),
+                        reservations=(held("m1", 0, 0.25, "a"), held("m1", 1, 0.5, "b")))  # fmt: skip
+    moves, why = plan_consolidation(inventory)
+    assert why == ""
+    # The smaller copy moves: the fewest bytes to load again.
+    assert [(m.deployment, m.to_accelerators) for m in moves] == [("a", (1,))]
+    never_over_committed(inventory, moves)
+
+
+def test_consolidation_finds_nothing_when_no_copy_fits_beside_another() -> None:
+    inventory = cluster(h100_machine("m1", 2),
+                        reservations=(held("m1", 0, 0.75, "a"), held("m1", 1, 0.75, "b")))  # fmt: skip
+    moves, why = plan_consolidation(inventory)
+    assert moves == ()
+    assert why == "No moves of at most 3 copies free a whole GPU: none exists."
+
+
+def test_consolidation_never_moves_a_copy_that_may_not_move() -> None:
+    inventory = cluster(h100_machine("m1", 2), reservations=(
+        held("m1", 0, 0.25, "a", movable=False), held("m1", 1, 0.5, "b", movable=False)))  # fmt: skip
+    assert plan_consolidation(inventory)[0] == ()
+
+
+def test_fragmentation_counts_the_free_room_that_lies_in_pieces() -> None:
+    inventory = cluster(h100_machine("m1", 3),
+                        reservations=(held("m1", 0, 0.5, "a"), held("m1", 1, 0.5, "b")))  # fmt: skip
+    [h100] = fragmentation(inventory)
+    gpu = inventory.machines[0].accelerators[0].memory_bytes
+    half_free = gpu - reserve("m1", 0, 0.5).bytes
+    assert h100.free_bytes == 2 * half_free + gpu
+    assert h100.largest_free_bytes == gpu  # the untouched GPU 2
+    assert h100.untouched_bytes == gpu
+    assert h100.percent == round(100 * 2 * half_free / (2 * half_free + gpu))
+    assert fragmentation(cluster(h100_machine("m1", 2)))[0].percent == 0
+
+
+def test_past_three_moves_the_search_empties_a_gpu_copy_by_copy_within_the_budget() -> None:
+    # GPU 0 holds four eighths; GPU 1 half a GPU that may not move: only 4 moves free GPU 0.
+    small = [dataclasses.replace(reserve("m1", 0, 0.125), deployment=name, copy=1)
+             for name in "abcd"]  # fmt: skip
+    inventory = cluster(h100_machine("m1", 2),
+                        reservations=(*small, held("m1", 1, 0.5, "fixed", movable=False)))  # fmt: skip
+    repack = plan_with_moves(inventory, WHOLE_GPU)
+    assert repack.found, repack.message
+    assert sorted(moved(repack)) == [(name, "m1", (0,), "m1", (1,)) for name in "abcd"]
+    assert [(p.machine, p.accelerators) for p in repack.result.placed] == [("m1", (0,))]
+    never_over_committed(inventory, repack.moves)
+
+
+def test_emptying_stops_at_eight_moves() -> None:
+    tiny = [dataclasses.replace(reserve("m1", 0, 0.05), deployment=f"t{i}", copy=1)
+            for i in range(9)]  # fmt: skip
+    fixed = held("m1", 1, 0.5, "fixed", movable=False)
+    inventory = cluster(h100_machine("m1", 2), reservations=(*tiny, fixed))
+    repack = plan_with_moves(inventory, WHOLE_GPU)
+    assert not repack.found  # nine moves would empty GPU 0
+    assert repack.message == "No moves of other copies make it fit: none exists."
+
+
+def test_a_tensor_parallel_copy_moves_whole_to_untouched_gpus_of_another_machine() -> None:
+    # m1's four GPUs are what a 4-GPU copy needs; a 2-GPU copy holds two of them.
+    pair = tuple(dataclasses.replace(reserve("m1", i, 1.0), deployment="tp", copy=1)
+                 for i in (0, 1))  # fmt: skip
+    inventory = cluster(h100_machine("m1", 4), h100_machine("m2", 2), reservations=pair)
+    four = request(QWEN3_8B, 4.0)
+    assert plan(inventory, four).placed == ()
+    repack = plan_with_moves(inventory, four)
+    assert moved(repack) == [("tp", "m1", (0, 1), "m2", (0, 1))]
+    assert [(p.machine, p.accelerators) for p in repack.result.placed] == [("m1", (0, 1, 2, 3))]
+    never_over_committed(inventory, repack.moves)
+
+
+def test_copies_in_mig_slices_neither_move_nor_take_moves() -> None:
+    # GPU 0 is in MIG slices, each used by a copy; GPU 1 is half used by a copy that has
+    # nowhere to go but GPU 0, which moves never touch: neither way makes a GPU whole.
+    in_slices = tuple(dataclasses.replace(reserve("m1", 0, 0.1), slice=s, deployment=f"mig-{s}",
+                                          copy=1) for s in "abcd")  # fmt: skip
+    inventory = cluster(machine("m1", h100_mig(0), h100(1)),
+                        reservations=(*in_slices, held("m1", 1, 0.5, "b")))  # fmt: skip
+    assert plan(inventory, WHOLE_GPU).placed == ()
+    repack = plan_with_moves(inventory, WHOLE_GPU)
+    assert not repack.found and repack.moves == ()
+    assert plan_consolidation(inventory) == (
+        (),
+        "No moves of at most 3 copies free a whole GPU: none exists.",
+    )
