@@ -215,6 +215,13 @@ def purge_queue() -> None:
 
 def kill_engines(state_dir: Path) -> None:
     """Stop every engine process the test started (found by the records under its state dir)."""
+    stop_engines(state_dir)
+    # Whatever else names the state dir (the console's processes started with it are gone).
+    subprocess.run(["pkill", "-9", "-f", str(state_dir)], check=False)
+
+
+def stop_engines(state_dir: Path) -> None:
+    """Kill the engines of the copies in the database, and any engine run from `state_dir`."""
     from deployments.models import Copy
 
     for pid in Copy.objects.exclude(process_id=None).values_list("process_id", flat=True):
@@ -222,8 +229,8 @@ def kill_engines(state_dir: Path) -> None:
             os.killpg(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-    # Engines run under the supervisor wrapper, whose argv names files under the state dir.
-    subprocess.run(["pkill", "-9", "-f", str(state_dir)], check=False)
+    # Engines run under the supervisor wrapper, whose argv names files under their copy's folder.
+    subprocess.run(["pkill", "-9", "-f", str(state_dir / "copies")], check=False)
 
 
 @contextmanager

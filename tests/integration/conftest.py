@@ -19,7 +19,7 @@ from django.core.management import call_command
 from catalog.models import Model
 from console.models import ApiKey
 from tests.integration.test_lifecycle import on_this_server, simulated_cluster
-from tests.processes import console_processes, console_server, gateway_server
+from tests.processes import console_processes, console_server, gateway_server, stop_engines
 
 QWEN = "Qwen/Qwen3-0.6B"
 
@@ -34,22 +34,45 @@ class Console:
         return BerthClient(base_url=self.url, api_key=self.key, **options)  # type: ignore[arg-type]
 
 
+@dataclass(frozen=True)
+class RunningConsole:
+    """The processes of a console, and where they keep their engines' folders."""
+
+    state_dir: Path
+    url: str
+    gateway: str
+
+
+@pytest.fixture(scope="module")
+def running_console(
+    tmp_path_factory, django_db_setup, django_db_blocker
+) -> Iterator[RunningConsole]:
+    """Web, worker, beat, watcher and gateway on the test database, started once for a module:
+    its tests bring their own rows (each test's database is emptied after it), and the
+    processes find them as they find an operator's."""
+    state_dir = tmp_path_factory.mktemp("console")
+    with (
+        django_db_blocker.unblock(),  # the modules that use it are all database tests
+        console_processes(state_dir),
+        gateway_server(BERTH_GATEWAY_REFRESH_S="0.2") as gateway,
+        console_server(BERTH_GATEWAY_URL=f"{gateway}/v1") as url,
+    ):
+        yield RunningConsole(state_dir, url, gateway)
+
+
 @pytest.fixture
-def berth_console(tmp_path, bob) -> Iterator[Console]:
-    """Web, worker, beat, watcher and gateway on the test database, as a client sees them:
-    on the simulated cluster `sdk` a copy of Qwen3-0.6B (on this server already) has room; on
-    `stuck` every engine hangs while loading."""
+def berth_console(running_console, bob) -> Iterator[Console]:
+    """The running console as a client sees it: on the simulated cluster `sdk` a copy of
+    Qwen3-0.6B (on this server already) has room; on `stuck` every engine hangs while loading."""
     call_command("load_catalog")
     simulated_cluster("sdk", gpus=2)
     simulated_cluster("stuck", gpus=1, BERTH_SIM_HANG_AT_START="1")
     on_this_server(Model.objects.get(repo_id=QWEN).variants.get(name="bf16"))
     key = ApiKey.issue(bob, "sdk tests")[1]
-    with (
-        console_processes(tmp_path),
-        gateway_server(BERTH_GATEWAY_REFRESH_S="0.2") as gateway,
-        console_server(BERTH_GATEWAY_URL=f"{gateway}/v1") as url,
-    ):
-        yield Console(url, key, gateway)
+    try:
+        yield Console(running_console.url, key, running_console.gateway)
+    finally:  # before this test's rows go: the next test's console has no engine of this one's
+        stop_engines(running_console.state_dir)
 
 
 # --- a real Ray cluster -----------------------------------------------------------------
