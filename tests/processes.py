@@ -199,12 +199,29 @@ class ConsoleProcesses:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=30)
 
-    def stop_all(self) -> None:
-        for name in list(self.running):
-            self.kill(name, signal.SIGTERM)
+    def stop_all(self, grace_s: float = 10) -> None:
+        """SIGTERM to every process at once; SIGKILL to those still running `grace_s` later (a
+        worker's warm shutdown waits for its tasks: a slow download would hold it 30 s)."""
+        for process in self.running.values():
+            signal_group(process, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        for process in self.running.values():
+            try:
+                process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                signal_group(process, signal.SIGKILL)
+                process.wait(timeout=30)
+        self.running.clear()
 
     def log(self, name: str) -> str:
         return (self.state_dir / f"{name}.log").read_text(errors="replace")
+
+
+def signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
+    try:
+        os.killpg(process.pid, signum)
+    except ProcessLookupError:
+        pass
 
 
 def purge_queue() -> None:
