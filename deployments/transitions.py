@@ -224,13 +224,14 @@ def copy_event(copy: Copy, to: str, message: str, actor: Any = None) -> Event:
 
 def move_deployments(moves: list[Move]) -> list[Deployment]:
     """Change many deployments' states at once, each as move_deployment would (table, Event,
-    notices owed); an illegal one raises and changes nothing."""
+    notices owed); an illegal one raises and changes nothing. A move decided from a state the
+    row has left, or whose row is gone (deleted meanwhile), is left out."""
     if not moves:
         return []
     with transaction.atomic():
         locked = Deployment.objects.select_for_update()
         rows = {d.pk: d for d in locked.filter(pk__in=[m.id for m in moves]).order_by("pk")}
-        moves = [m for m in moves if not m.decided_from or rows[m.id].state == m.decided_from]
+        moves = [m for m in moves if m.id in rows and still_decided(m, rows[m.id])]
         now = timezone.now()
         befores = {}
         for move in moves:
@@ -259,6 +260,10 @@ def move_deployments(moves: list[Move]) -> list[Deployment]:
         for move in moves:
             live.broadcast_on_commit("deployments", "deployment", move.id)
     return [rows[m.id] for m in moves]
+
+
+def still_decided(move: Move, deployment: Deployment) -> bool:
+    return not move.decided_from or deployment.state == move.decided_from
 
 
 def deployment_event(deployment: Deployment, to: str, message: str, actor: Any = None) -> Event:

@@ -286,3 +286,19 @@ def test_a_state_decided_before_a_stop_does_not_undo_it(red):
     current = Move(deployment.pk, DeploymentState.STOPPED, "Stopped: no copy runs.",
                    decided_from=DeploymentState.STOPPING)  # fmt: skip
     assert [d.state for d in move_deployments([current])] == [DeploymentState.STOPPED]
+
+
+def test_a_state_decided_for_a_deployment_deleted_since_changes_the_others(red):
+    # A refresh decided for two deployments; one was deleted before the states were written.
+    kept, deleted = (factories.make_deployment(name, red) for name in ("kept", "deleted"))
+    for deployment in (kept, deleted):
+        for step in path_to(DeploymentState.DEPLOYING)[1:]:
+            move_deployment(deployment.pk, step, message="setting up")
+    serving = DeploymentState.DEPLOYED
+    decided = [
+        Move(d.pk, serving, "1 of 1 copies serve.", decided_from=DeploymentState.DEPLOYING)
+        for d in (kept, deleted)
+    ]
+    Deployment.objects.filter(pk=deleted.pk).delete()
+    assert [d.pk for d in move_deployments(decided)] == [kept.pk]
+    assert Deployment.objects.get(pk=kept.pk).state == serving
