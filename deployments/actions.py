@@ -301,14 +301,10 @@ def parse_allow_moves(raw: Any) -> bool:
     if raw in ("on", "true"):
         return True
     raise ActionRefused(
-        f"{printable_value(raw)} is not a yes or no: give true to let other copies move to make "
+        f"{str(raw)[:40]!r} is not a yes or no: give true to let other copies move to make "
         "room, or false",
         "allow_moves",
     )
-
-
-def printable_value(raw: Any) -> str:
-    return repr(str(raw)[:40])
 
 
 def scale(

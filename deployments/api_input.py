@@ -106,6 +106,11 @@ Copies = Annotated[
     Field(json_schema_extra={"minimum": 0, "maximum": actions.MOST_COPIES}),
 ]
 COPIES_HELP = f"how many copies run, 0 to {actions.MOST_COPIES}"
+ALLOW_MOVES_HELP = (
+    "when its copies do not fit now: move copies of other deployments to make room, each "
+    "started at its new place before the old one stops (what the fit check with allow_moves "
+    "shows)"
+)
 ReplyWait = Annotated[
     Whole,
     ruled(actions.parse_reply_wait),
@@ -237,23 +242,13 @@ class HostIn(StrictSchema):
     movable: bool = Field(
         True, description="false: re-packing never moves its copies to make room for another"
     )
-    allow_moves: bool = Field(
-        False,
-        description="when its copies do not fit now: move copies of other deployments to make "
-        "room, each started at its new place before the old one stops (what the fit check "
-        "with allow_moves shows)",
-    )
+    allow_moves: bool = Field(False, description=ALLOW_MOVES_HELP)
 
 
 class ScaleIn(StrictSchema):
     copies: Copies = Field(description=COPIES_HELP)
     accelerators_per_copy: Size | None = Field(None, description=f"{SIZE_HELP}; null: unchanged")
-    allow_moves: bool = Field(
-        False,
-        description="when its copies do not fit now: move copies of other deployments to make "
-        "room, each started at its new place before the old one stops (what the fit check "
-        "with allow_moves shows)",
-    )
+    allow_moves: bool = Field(False, description=ALLOW_MOVES_HELP)
 
 
 class ChatNameIn(StrictSchema):

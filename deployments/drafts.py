@@ -124,9 +124,7 @@ def moves_for(draft: Draft, fit: fit_words.FitWords | None, user: Any) -> str:
         draft.model, draft.variant, draft.settings, Decimal(draft.size), draft.copies
     )
     repack = fit_check_with_moves(draft.cluster, asked)  # type: ignore[arg-type]
-    if not (repack.found and repack.moves):
-        return ""
-    return repacking.moves_told_to(user, repack)
+    return repacking.moves_offered(user, repack)
 
 
 def ready_for_settings(draft: Draft) -> bool:

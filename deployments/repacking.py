@@ -175,6 +175,13 @@ def moves_told_to(user: Any, repack: Repack) -> str:
     return moves_words(repack, sizes_of(names), nameable(user, names))
 
 
+def moves_offered(user: Any, repack: Repack | None) -> str:
+    """The moves to offer an operator, in words for them ("" where no moves make it fit)."""
+    if repack is None or not (repack.found and repack.moves):
+        return ""
+    return moves_told_to(user, repack)
+
+
 def nameable(user: Any, names: set[str]) -> set[str]:
     """The deployments of `names` this user may see named: staff all, others their teams'."""
     visible = visible_deployments(user).filter(name__in=names)

@@ -66,7 +66,4 @@ def scale_fit(request: HttpRequest, pk: int) -> HttpResponse:
 def moves_offer(deployment: Deployment, copies: int, size: Decimal, user: Any) -> str:
     """The moves of other copies after which the copies asked for fit, in words, to accept
     with the dialog's box ("" when none would)."""
-    repack = moves_for_scale(deployment, copies, size)
-    if repack is None or not (repack.found and repack.moves):
-        return ""
-    return repacking.moves_told_to(user, repack)
+    return repacking.moves_offered(user, moves_for_scale(deployment, copies, size))
