@@ -14,6 +14,7 @@ from safetensors.numpy import load_file
 from tokenizers import Tokenizer
 
 from catalog import tiny_model
+from catalog.config_facts import read_facts
 from catalog.tiny_model import GGUF_FILE, SAFETENSORS_FILE, TinyModel, write_tiny_model
 
 CONVERSATION = [
@@ -90,29 +91,31 @@ def test_the_json_files_are_written_with_sorted_keys(written):
         assert text == json.dumps(json.loads(text), indent=2, sort_keys=True) + "\n", name
 
 
-def test_the_safetensors_tensors_have_the_shapes_config_json_implies(config, written):
+def test_the_safetensors_tensors_have_the_shapes_of_a_256_wide_two_layer_llama(written):
     tensors = load_file(written.folder / SAFETENSORS_FILE)
-    hidden, vocab, ffn = config["hidden_size"], config["vocab_size"], config["intermediate_size"]
-    q_rows = config["num_attention_heads"] * config["head_dim"]
-    kv_rows = config["num_key_value_heads"] * config["head_dim"]
-    expected = {"model.embed_tokens.weight": (vocab, hidden), "model.norm.weight": (hidden,)}
-    expected["lm_head.weight"] = (vocab, hidden)
-    for i in range(config["num_hidden_layers"]):
+    # [out, in]: 4 query heads of 64 are 256 rows, 2 key-value heads of 64 are 128 rows.
+    expected = {
+        "model.embed_tokens.weight": (512, 256),
+        "model.norm.weight": (256,),
+        "lm_head.weight": (512, 256),
+    }
+    for i in range(2):
         layer = f"model.layers.{i}"
         expected |= {
-            f"{layer}.self_attn.q_proj.weight": (q_rows, hidden),
-            f"{layer}.self_attn.k_proj.weight": (kv_rows, hidden),
-            f"{layer}.self_attn.v_proj.weight": (kv_rows, hidden),
-            f"{layer}.self_attn.o_proj.weight": (hidden, q_rows),
-            f"{layer}.mlp.gate_proj.weight": (ffn, hidden),
-            f"{layer}.mlp.up_proj.weight": (ffn, hidden),
-            f"{layer}.mlp.down_proj.weight": (hidden, ffn),
-            f"{layer}.input_layernorm.weight": (hidden,),
-            f"{layer}.post_attention_layernorm.weight": (hidden,),
+            f"{layer}.self_attn.q_proj.weight": (256, 256),
+            f"{layer}.self_attn.k_proj.weight": (128, 256),
+            f"{layer}.self_attn.v_proj.weight": (128, 256),
+            f"{layer}.self_attn.o_proj.weight": (256, 256),
+            f"{layer}.mlp.gate_proj.weight": (512, 256),
+            f"{layer}.mlp.up_proj.weight": (512, 256),
+            f"{layer}.mlp.down_proj.weight": (256, 512),
+            f"{layer}.input_layernorm.weight": (256,),
+            f"{layer}.post_attention_layernorm.weight": (256,),
         }
     assert {name: t.shape for name, t in tensors.items()} == expected
     assert {t.dtype for t in tensors.values()} == {np.dtype("float32")}
-    assert sum(t.size for t in tensors.values()) == written.params_total
+    # Two 512 × 256 embeddings, 590,336 in each layer, and the final norm's 256.
+    assert sum(t.size for t in tensors.values()) == written.params_total == 1_443_072
 
 
 def test_the_safetensors_file_says_it_is_in_pytorch_format_as_vllm_expects(written):
@@ -181,14 +184,14 @@ def test_the_chat_template_leaves_the_generation_prompt_out_when_not_asked(writt
 
 def test_the_gguf_reads_back_as_a_llama_with_the_config_hyperparameters(reader, config):
     assert field(reader, "general.architecture") == "llama"
-    assert field(reader, "llama.block_count") == config["num_hidden_layers"]
-    assert field(reader, "llama.attention.head_count") == config["num_attention_heads"]
-    assert field(reader, "llama.attention.head_count_kv") == config["num_key_value_heads"]
-    assert field(reader, "llama.embedding_length") == config["hidden_size"]
-    assert field(reader, "llama.feed_forward_length") == config["intermediate_size"]
-    assert field(reader, "llama.context_length") == config["max_position_embeddings"]
-    assert field(reader, "llama.rope.dimension_count") == config["head_dim"]
-    assert field(reader, "llama.rope.freq_base") == config["rope_theta"]
+    assert field(reader, "llama.block_count") == config["num_hidden_layers"] == 2
+    assert field(reader, "llama.attention.head_count") == config["num_attention_heads"] == 4
+    assert field(reader, "llama.attention.head_count_kv") == config["num_key_value_heads"] == 2
+    assert field(reader, "llama.embedding_length") == config["hidden_size"] == 256
+    assert field(reader, "llama.feed_forward_length") == config["intermediate_size"] == 512
+    assert field(reader, "llama.context_length") == config["max_position_embeddings"] == 2048
+    assert field(reader, "llama.rope.dimension_count") == config["head_dim"] == 64
+    assert field(reader, "llama.rope.freq_base") == config["rope_theta"] == 10000.0
     assert field(reader, "llama.attention.layer_norm_rms_epsilon") == pytest.approx(1e-5)
     assert field(reader, "general.file_type") == gguf.LlamaFileType.ALL_F32
 
@@ -263,7 +266,7 @@ def test_the_gguf_vocabulary_is_the_tokenizers_with_the_gpt_2_pre_tokenizer(read
     types = field(reader, "tokenizer.ggml.token_type")
     assert types[:4] == [gguf.TokenType.CONTROL] * 4
     assert set(types[4:]) == {gguf.TokenType.NORMAL}
-    assert len(field(reader, "tokenizer.ggml.merges")) == 512 - 256 - 4
+    assert len(field(reader, "tokenizer.ggml.merges")) == 252  # 512 less 256 bytes and 4 special
     assert field(reader, "tokenizer.ggml.bos_token_id") == 0
     assert field(reader, "tokenizer.ggml.eos_token_id") == 1
     assert field(reader, "tokenizer.chat_template") == tiny_model.CHAT_TEMPLATE
@@ -286,8 +289,14 @@ def test_qwen3_0_6b_s_shape_has_its_config_dimensions_and_0_6_billion_parameters
         128,
     )
     assert (config["num_attention_heads"], config["num_key_value_heads"]) == (16, 8)
-    per_layer = (16 + 8 + 8 + 16) * 128 * 1024 + 3 * 3072 * 1024 + 2 * 1024
-    assert 151936 * 1024 + 28 * per_layer + 1024 == pytest.approx(0.596e9, rel=0.01)
+    assert (config["vocab_size"], config["tie_word_embeddings"]) == (151936, True)
+    # One layer drawn for real (the whole model would be 2.4 GB of float32).
+    layer = tiny_model.layer_weights(np.random.default_rng(0), 0, shape)
+    assert tiny_model.parameter_count(layer) == 15_730_688
+    # Qwen3-0.6B's safetensors hold 596,049,920; the catalog's count from config.json leaves out
+    # the norms (57,344 in the layers, 1,024 at the end) and this plain Llama has no q/k norms
+    # (7,168), which leaves 595,984,384.
+    assert read_facts(config).params_total == 595_984_384
 
 
 def test_only_the_tiny_shape_is_written_as_a_gguf(tmp_path):
