@@ -204,8 +204,10 @@ def watch_once(
     """One look at a cluster (or at the copies `only` names): read new log lines, then apply
     what the backend observes.
 
-    Logs are read first, so a copy that just exited is classified with its last lines."""
-    copies = follow_logs_once(cluster_id, follower or LogFollower())
+    Logs are read first, so a copy that just exited is classified with its last lines; a copy
+    seen gone has them read once more, for an engine that printed why and exited in between."""
+    follower = follower or LogFollower()
+    copies = follow_logs_once(cluster_id, follower)
     if only is not None:
         copies = [copy for copy in copies if copy.pk in only]
     if not copies:
@@ -214,6 +216,8 @@ def watch_once(
     observations = {o.copy_id: o for o in backend.observe([handle_for(c) for c in copies])}
     for copy in copies:
         if copy.pk in observations:
+            if observations[copy.pk].status in ENGINE_GONE:
+                follower.follow(backend, copy)
             apply(copy, observations[copy.pk])
     return len(copies)
 
