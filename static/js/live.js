@@ -34,11 +34,15 @@
       htmx.ajax("GET", from, { select: "#" + part.id, target: "#" + part.id, swap: "outerHTML" });
     }
   }
-  document.addEventListener("htmx:wsClose", function () {
+  // The socket's element says whether it is open (data-live-open), so that a check (a test,
+  // a person in the inspector) can tell that updates will arrive before making one happen.
+  document.addEventListener("htmx:wsClose", function (event) {
+    delete event.target.dataset.liveOpen;
     banner(true);
     if (!polling) polling = setInterval(pollParts, 5000);
   });
-  document.addEventListener("htmx:wsOpen", function () {
+  document.addEventListener("htmx:wsOpen", function (event) {
+    event.target.dataset.liveOpen = "true";
     banner(false);
     if (polling) { clearInterval(polling); polling = null; }
   });

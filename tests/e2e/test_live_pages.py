@@ -8,7 +8,6 @@ import signal
 import pytest
 from django.core.management import call_command
 from django.utils import timezone
-from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from playwright.sync_api import expect
 
 from deployments.choices import LogStream
@@ -33,6 +32,13 @@ def operator(transactional_db):
     return user, team
 
 
+def wait_for_the_live_socket(page) -> None:
+    """Waits until the page's live socket is open (static/js/live.js marks its element): the
+    console joins the socket to its group before accepting it, so what changes from now on
+    reaches the page."""
+    expect(page.locator("[ws-connect][data-live-open]")).to_have_count(1, timeout=15_000)
+
+
 def test_the_badge_and_logs_follow_a_deployment_live_and_its_failure_shows(
     page, console_url, operator, tmp_path
 ):
@@ -53,20 +59,17 @@ def test_the_badge_and_logs_follow_a_deployment_live_and_its_failure_shows(
         copy = Copy.objects.get(deployment=deployment)
         page.goto(f"{console_url}/deployments/{deployment.pk}/")
         page.locator("#deployment-health .badge", has_text="Deployed").wait_for()
-        page.wait_for_timeout(1000)  # the page's socket connects after the page loads
+        wait_for_the_live_socket(page)
         os.killpg(copy.process_id, signal.SIGKILL)
         wait_for(
             lambda: Deployment.objects.get(pk=deployment.pk).last_error_code,
             60,
             what="the failure recorded",
         )
-        error = page.locator("#last-error")
-        try:
-            error.wait_for(timeout=20_000)  # it appears without a reload ...
-        except PlaywrightTimeout:
-            page.reload()  # ... unless the socket was still connecting: then a reload shows it
-            error.wait_for()
-        assert "Engine exited" in error.inner_text() or "CONTAINER_EXITED" in error.inner_text()
+        # It appears without a reload: the socket was open before the engine was killed.
+        expect(page.locator("#last-error")).to_contain_text(
+            "Engine exited (CONTAINER_EXITED)", timeout=20_000
+        )
         page.goto(f"{console_url}/deployments/{deployment.pk}/logs/?stream=serving")
         page.locator("#log-lines tr", has_text="Copy 0 stopped").first.wait_for()
 
@@ -170,7 +173,7 @@ def test_a_deployment_hosted_elsewhere_appears_in_the_open_list_without_a_reload
     log_in(page, console_url, "bob")  # lands on the deployments list, empty
     expect(page.locator("#deployments-empty")).to_contain_text("No deployments yet.")
     expect(page.locator("#deployment-list table")).to_be_hidden()
-    page.wait_for_timeout(1000)  # the page's socket connects after the page loads
+    wait_for_the_live_socket(page)
     in_another_thread(lambda: host(user, team, cluster, "arrived"))
     page.locator("#deployment-rows tr", has_text="arrived").wait_for(timeout=15_000)
     expect(page.locator("#deployments-empty")).to_be_empty()
