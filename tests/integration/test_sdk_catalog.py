@@ -25,7 +25,6 @@ from berth_sdk import _calls as sdk_calls
 from berth_sdk.results import Variant
 from django.core.management import call_command
 
-from catalog import hub as catalog_hub
 from catalog.models import Model, ServerModel
 from console.models import ApiKey, KeyScope
 from deployments.choices import DeploymentState, ErrorCode
@@ -132,7 +131,11 @@ def test_models_are_listed_found_added_downloaded_and_tried_again(
         with pytest.raises(BadRequestError) as nowhere:
             client.models.add("acme/not-on-the-hub")
         assert nowhere.value.field == "repo_id"
-        assert catalog_hub.not_found_message("acme/not-on-the-hub") in nowhere.value.message
+        assert nowhere.value.message == (
+            "repo_id: acme/not-on-the-hub was not found on Hugging Face: check the spelling "
+            "(owner/name, as in huggingface.co/owner/name). A private repository looks the same "
+            "without a token that may read it."
+        )
         with pytest.raises(BadRequestError) as gated:
             client.models.add("acme/gated")  # no team: no token to read a gated repository
         assert gated.value.field == "team" and "acme/gated is gated" in gated.value.message
@@ -170,7 +173,11 @@ def test_models_are_listed_found_added_downloaded_and_tried_again(
         failed = download_settles(client, "acme/tyni")
         assert failed.download is not None and failed.on_this_server is False
         assert failed.download.state == "failed"
-        assert failed.download.error == catalog_hub.not_found_message("acme/tyni")
+        assert failed.download.error == (
+            "acme/tyni was not found on Hugging Face: check the spelling (owner/name, as in "
+            "huggingface.co/owner/name). A private repository looks the same without a token "
+            "that may read it."
+        )
         emulated_hub.add(safetensors_repo("acme/tyni", megabytes=0.5))
         again = client.models.retry("acme/tyni", "bf16").variants[0]
         assert again.download is not None and again.download.error == ""
