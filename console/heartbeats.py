@@ -8,6 +8,10 @@ timer, console/celery.py), beat (from its scheduler's own tick, console/celery.p
 gateway/app.py). A part whose newest heartbeat is older than HEARTBEAT_STALE_S, or that never
 wrote one, is down. The key outlives that by far (KEEP_S), so the status page can still say when
 a part that went away was last seen.
+
+The loops that act in passes (the watcher's look at a cluster, the stray engines' sweep) also
+say when their latest finished pass began (`finished_pass`): proof that a pass begun after some
+change has run, which tests wait for instead of sleeping.
 """
 
 from __future__ import annotations
@@ -126,3 +130,25 @@ async def keep_beating(part: str, stop: asyncio.Event) -> None:
             await asyncio.wait_for(stop.wait(), settings.HEARTBEAT_EVERY_S)
         except TimeoutError:
             pass
+
+
+def pass_key(name: str) -> str:
+    return f"{settings.CELERY_TASK_DEFAULT_QUEUE}:passes:{name}"
+
+
+def finished_pass(name: str, began: float) -> None:
+    """A pass of the loop `name` that began at `began` (time.time()) has finished. The latest
+    beginning is kept (GT), so a long pass ending after a newer one cannot make it older. A
+    Redis that is away must not stop the loop."""
+    try:
+        with client().pipeline() as pipe:
+            pipe.zadd(pass_key(name), {"began": began}, gt=True)
+            pipe.expire(pass_key(name), KEEP_S)
+            pipe.execute()
+    except redis.RedisError as error:
+        log.warning("could not write the %s pass: %s", name, error)
+
+
+def last_pass_began(name: str) -> float | None:
+    """When the latest finished pass of the loop `name` began; None if none is known."""
+    return client().zscore(pass_key(name), "began")

@@ -7,8 +7,11 @@ next_attempt_at is picked up by the reconciler.
 
 from __future__ import annotations
 
+import time
+
 from celery import shared_task
 
+from console import heartbeats
 from deployments import (
     autoscaler,
     launching,
@@ -69,9 +72,15 @@ def autoscale() -> int:
     return autoscaler.run()
 
 
+SWEEP_PASS = "sweep-strays"  # its passes, as console.heartbeats records them
+
+
 @shared_task(acks_late=True)
 def sweep_strays() -> int:
-    return reconciler.sweep_strays()
+    began = time.time()
+    stopped = reconciler.sweep_strays()
+    heartbeats.finished_pass(SWEEP_PASS, began)
+    return stopped
 
 
 @shared_task(acks_late=True)

@@ -222,6 +222,18 @@ def watch_once(
     return len(copies)
 
 
+def look_pass(cluster_id: int) -> str:
+    """The name of the watcher's looks at a cluster, as console.heartbeats records them."""
+    return f"watcher-look-{cluster_id}"
+
+
+def look(cluster_id: int, follower: LogFollower) -> None:
+    """watch_once, then the record that a look begun then has finished."""
+    began = time.time()
+    watch_once(cluster_id, follower)
+    heartbeats.finished_pass(look_pass(cluster_id), began)
+
+
 def scrape_once(cluster_id: int) -> None:
     """The engines' own figures (/metrics) of every serving copy, per deployment."""
     close_old_connections()
@@ -277,7 +289,7 @@ async def watch_cluster(cluster_id: int, stop: asyncio.Event) -> None:
             # asked about the copies' health less often (each look is a request per copy),
             # and at once when an engine says it serves (its copy is READY on the 200).
             looking = time.monotonic() >= next_look
-            step = watch_once if looking else follow_logs_once
+            step = look if looking else follow_logs_once
             try:
                 await asyncio.to_thread(step, cluster_id, follower)
                 if follower.heard_serving and not looking:

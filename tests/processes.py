@@ -20,6 +20,8 @@ import redis
 from django.conf import settings
 from django.db import connection
 
+from console import heartbeats
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -277,3 +279,14 @@ def wait_for(
             return result
         time.sleep(every)
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def wait_for_a_pass_begun_now(name: str, timeout: float = 60, what: str = "") -> None:
+    """Wait until a pass of the loop `name` that began after this call has finished (see
+    console.heartbeats.finished_pass): what it does after a change has then been done."""
+    now = time.time()
+    wait_for(
+        lambda: (heartbeats.last_pass_began(name) or 0) > now,
+        timeout,
+        what=what or f"a pass of {name} begun after {now:.1f}",
+    )

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -19,11 +18,11 @@ from clusters.backends.local import LocalProcessBackend
 from clusters.backends.simulator import discover_inventory
 from clusters.inventory import apply_discovery
 from clusters.models import Cluster
-from deployments import actions
+from deployments import actions, watcher
 from deployments.choices import CopyState, DeploymentState
 from deployments.models import Copy, Deployment, Event, Reservation
 from tests.integration.test_lifecycle import host, reached, simulated_cluster
-from tests.processes import console_processes, wait_for
+from tests.processes import console_processes, wait_for, wait_for_a_pass_begun_now
 
 pytestmark = pytest.mark.django_db(transaction=True)
 SETTINGS = {"max_model_len": 4096}
@@ -188,7 +187,11 @@ def test_a_restarted_watcher_re_adopts_running_copies(tmp_path, catalog, bob, re
             30,
             what="the second watcher to start",
         )
-        time.sleep(3)  # several passes of the new watcher
+        # A whole look of the new watcher at the cluster, begun after it started: a copy it
+        # took for gone would be failed and launched again by now.
+        wait_for_a_pass_begun_now(
+            watcher.look_pass(cluster.pk), 30, what="a look of the new watcher"
+        )
         again = Copy.objects.get(pk=copy.pk)
         assert (again.state, again.process_id, again.attempts) == (
             CopyState.READY,

@@ -135,3 +135,16 @@ def test_only_staff_see_the_status_page_and_its_place_in_the_navigation(alice, b
     assert logged_in(bob).get("/status/").status_code == 403
     anonymous = client.get("/status/")
     assert (anonymous.status_code, anonymous["Location"]) == (302, "/login/?next=/status/")
+
+
+def test_a_pass_that_ends_after_a_newer_one_leaves_the_newer_beginning_recorded():
+    name = "test-overlapping-passes"
+    heartbeats.client().delete(heartbeats.pass_key(name))
+    assert heartbeats.last_pass_began(name) is None
+    heartbeats.finished_pass(name, 1_000.5)
+    heartbeats.finished_pass(name, 900.0)  # began earlier, ended later
+    assert heartbeats.last_pass_began(name) == 1_000.5
+    heartbeats.finished_pass(name, 1_100.0)
+    assert heartbeats.last_pass_began(name) == 1_100.0
+    assert 0 < heartbeats.client().ttl(heartbeats.pass_key(name)) <= 24 * 3600
+    heartbeats.client().delete(heartbeats.pass_key(name))
