@@ -40,9 +40,17 @@ class GpuOut(Schema):
 class MachineOut(Schema):
     name: str
     ready: bool
-    gpu_count: int
+    gpu_count: int = Field(description="its GPUs: a CPU machine has none")
     gpu_memory_gb: float = Field(description="all its GPUs together")
-    gpus: list[GpuOut]
+    cpu_cores: int = Field(description="a CPU machine (one that hosts on its CPU): its cores")
+    cpu_memory_gb: float = Field(
+        description="a CPU machine: the memory it gives engines (its system memory less the "
+        "reserve)"
+    )
+    gpus: list[GpuOut] = Field(
+        description="its accelerators as discovery reports them: a CPU machine's one, of vendor "
+        "cpu, is no GPU and not in gpu_count"
+    )
 
 
 class ClusterOut(Schema):
@@ -55,6 +63,10 @@ class ClusterOut(Schema):
     sharing_strategy: str | None
     notices: list[str]
     last_seen: datetime | None
+    gpu_count: int = Field(description="its machines' GPUs together (a CPU is not one)")
+    cpu_machines: int = Field(description="its machines that host on their CPU")
+    cpu_cores: int = Field(description="the cores of its CPU machines together")
+    cpu_memory_gb: float = Field(description="the memory its CPU machines give engines")
     machines: list[MachineOut]
 
 
@@ -75,13 +87,17 @@ def gpu_out(gpu: Accelerator) -> dict[str, Any]:
 
 
 def machine_out(machine: Machine) -> dict[str, Any]:
-    gpus = list(machine.gpus)  # type: ignore[attr-defined]
+    accelerators = list(machine.gpus)  # type: ignore[attr-defined]
+    gpus = [unit for unit in accelerators if not unit.is_cpu]
+    cpus = [unit for unit in accelerators if unit.is_cpu]
     return {
         "name": machine.name,
         "ready": machine.ready,
         "gpu_count": len(gpus),
         "gpu_memory_gb": in_gib(sum(gpu.memory_bytes for gpu in gpus)),
-        "gpus": [gpu_out(gpu) for gpu in gpus],
+        "cpu_cores": machine.cpu_count if cpus else 0,
+        "cpu_memory_gb": in_gib(sum(cpu.memory_bytes for cpu in cpus)),
+        "gpus": [gpu_out(unit) for unit in accelerators],
     }
 
 
@@ -97,6 +113,11 @@ def cluster_out(cluster: Cluster) -> dict[str, Any]:
         "sharing_strategy": cluster.sharing_strategy or None,
         "notices": cluster.notices,
         "last_seen": cluster.last_seen,
+        # Counted as the list page counts them (with_counts).
+        "gpu_count": cluster.gpu_count,  # type: ignore[attr-defined]
+        "cpu_machines": cluster.cpu_machine_count,  # type: ignore[attr-defined]
+        "cpu_cores": cluster.cpu_cores,  # type: ignore[attr-defined]
+        "cpu_memory_gb": in_gib(cluster.cpu_memory_bytes),  # type: ignore[attr-defined]
         "machines": [machine_out(machine) for machine in cluster.machines.all()],
     }
 
@@ -193,5 +214,5 @@ def show_cluster(request: HttpRequest, id: int) -> dict[str, Any]:
     a fit check sees it (reservations of every team, by size only)."""
     # The snapshot prefetches the machines' GPUs its own way: give it a cluster without ours.
     free = free_room(cluster_or_404(Cluster.objects.filter(pk=id)))
-    cluster = cluster_or_404(with_machines(Cluster.objects.filter(pk=id)))
+    cluster = cluster_or_404(with_machines(with_counts(Cluster.objects.filter(pk=id))))
     return {**cluster_out(cluster), "free": free}

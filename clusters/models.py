@@ -215,18 +215,34 @@ class AcceleratorQuerySet(models.QuerySet["Accelerator"]):
         return self.filter(parent__isnull=True, present=True)
 
 
+def present_whole(path: str) -> models.Q:
+    """Present whole accelerators (not MIG slices) along `path`, as present_gpus selects."""
+    return models.Q(**{f"{path}__parent__isnull": True, f"{path}__present": True})
+
+
+def present_cpus(path: str) -> models.Q:
+    """A CPU machine's one accelerator (vendor cpu: its memory less the reserve), present."""
+    return present_whole(path) & models.Q(**{f"{path}__vendor": Vendor.CPU})
+
+
 def present_gpu_count(path: str = "accelerators") -> models.Count:
     """Annotates the count of present GPUs along `path` (a machine's "accelerators", a
-    cluster's "machines__accelerators"), by the same rule as present_gpus."""
-    rule = models.Q(**{f"{path}__parent__isnull": True, f"{path}__present": True})
+    cluster's "machines__accelerators"): a CPU machine's accelerator is not a GPU."""
+    rule = present_whole(path) & ~models.Q(**{f"{path}__vendor": Vendor.CPU})
     return models.Count(path, filter=rule, distinct=True)
 
 
 def with_counts(clusters: models.QuerySet[Cluster]) -> models.QuerySet[Cluster]:
-    """Clusters with how many machines and present GPUs each has (the list sorts by GPUs)."""
+    """Clusters with how many machines and present GPUs each has (the list sorts by GPUs),
+    and their CPU machines: how many, their cores, and the memory they give engines."""
+    cpu = present_cpus("machines__accelerators")
     return clusters.annotate(
         machine_count=models.Count("machines", distinct=True),
         gpu_count=present_gpu_count("machines__accelerators"),
+        cpu_machine_count=models.Count("machines", filter=cpu, distinct=True),
+        # Discovery gives a CPU machine one CPU accelerator, so each is summed once.
+        cpu_cores=models.Sum("machines__cpu_count", filter=cpu, default=0),
+        cpu_memory_bytes=models.Sum("machines__accelerators__memory_bytes", filter=cpu, default=0),
     )
 
 
@@ -285,3 +301,8 @@ class Accelerator(models.Model):
     @property
     def is_slice(self) -> bool:
         return self.parent_id is not None
+
+    @property
+    def is_cpu(self) -> bool:
+        """A CPU machine's one accelerator (its memory less the reserve), not a GPU."""
+        return self.vendor == Vendor.CPU

@@ -11,13 +11,21 @@ from django.shortcuts import get_object_or_404, render
 
 from clusters.backends import isolation
 from clusters.forms import ClusterFilter
-from clusters.models import Accelerator, Cluster, ClusterKind, Machine, RepackPolicy, with_counts
+from clusters.models import (
+    Accelerator,
+    Cluster,
+    ClusterKind,
+    Machine,
+    RepackPolicy,
+    Vendor,
+    with_counts,
+)
 from console.lists import headings, pager
 from deployments.access import visible_deployments
 from deployments.models import Reservation
 from deployments.snapshot import inventory_for
 from placement.repack import fragmentation
-from placement.words import gib, percent_of
+from placement.words import gib, percent_of, plural
 
 LOCAL_KINDS = {ClusterKind.STANDALONE, ClusterKind.SIMULATOR}
 NOTICE_WORDS = {
@@ -45,7 +53,7 @@ CLUSTER_COLUMNS = (
     ("Kind", "kind"),
     ("State", ""),
     ("Machines", ""),
-    ("GPUs", "gpus"),
+    ("Hardware", "gpus"),
     ("Sharing", ""),
 )
 
@@ -53,12 +61,30 @@ CLUSTER_COLUMNS = (
 def cluster_list(request: HttpRequest) -> HttpResponse:
     filters = ClusterFilter(request.GET)
     shown, cursor_error = filters.page_leniently(filters.apply(with_counts(Cluster.objects)))
+    for row in shown.rows:
+        row.hardware = hardware_words(row)  # type: ignore[attr-defined]
     context = {
         "clusters": shown.rows,
         "columns": headings(CLUSTER_COLUMNS, filters, request.GET),
         **pager(shown, cursor_error, request.GET),
     }
     return render(request, "clusters/list.html", context)
+
+
+def hardware_words(cluster: Cluster) -> str:
+    """What a cluster (annotated by with_counts) offers, in words: its GPUs, and its CPU
+    machines by cores and the memory they give engines, never a CPU counted as a GPU:
+    "8 GPUs", "1 CPU machine · 16 cores · 24.00 GiB for engines"."""
+    parts = []
+    if cluster.gpu_count or not cluster.cpu_machine_count:
+        parts.append(plural(cluster.gpu_count, "GPU", "GPUs"))
+    if cluster.cpu_machine_count:
+        parts += [
+            plural(cluster.cpu_machine_count, "CPU machine", "CPU machines"),
+            plural(cluster.cpu_cores, "core", "cores"),
+            f"{gib(cluster.cpu_memory_bytes)} for engines",
+        ]
+    return " · ".join(parts)
 
 
 def holders_by_accelerator(cluster: Cluster, user: Any) -> dict[int, list[Reservation]]:
@@ -89,7 +115,8 @@ def cluster_detail(request: HttpRequest, pk: int) -> HttpResponse:
         Prefetch("accelerators", queryset=gpus, to_attr="gpus")
     )
     cluster = get_object_or_404(
-        Cluster.objects.prefetch_related(Prefetch("machines", queryset=machines)), pk=pk
+        with_counts(Cluster.objects).prefetch_related(Prefetch("machines", queryset=machines)),
+        pk=pk,
     )
     held = holders_by_accelerator(cluster, request.user)
     for machine in cluster.machines.all():
@@ -101,6 +128,7 @@ def cluster_detail(request: HttpRequest, pk: int) -> HttpResponse:
     context = {
         "cluster": cluster,
         "notices": notices,
+        "hardware": hardware_words(cluster),
         "free_room": free_room_words(cluster),
         "repack_words": repack_words(cluster),
     }
@@ -121,10 +149,20 @@ def repack_words(cluster: Cluster) -> str:
 
 def free_room_words(cluster: Cluster) -> list[str]:
     """How the free room lies, per GPU product: in all, the most on one GPU, and the share in
-    pieces (on GPUs some copy already uses): what consolidation would gather."""
-    return [
-        f"{row.product}: {gib(row.free_bytes)} free, at most {gib(row.largest_free_bytes)} on "
-        f"one GPU; {row.percent}% of the free room lies in pieces (on GPUs some copy uses)."
-        # Read afresh: the page's cluster has its machines prefetched another way.
-        for row in fragmentation(inventory_for(Cluster.objects.get(pk=cluster.pk)))
-    ]
+    pieces (on GPUs some copy already uses): what consolidation would gather. A CPU's room
+    lies on its machine, and is said so."""
+    cpus = set(
+        Accelerator.objects.present()
+        .filter(machine__cluster=cluster, vendor=Vendor.CPU)
+        .values_list("product", flat=True)
+    )
+    words = []
+    # Read afresh: the page's cluster has its machines prefetched another way.
+    for row in fragmentation(inventory_for(Cluster.objects.get(pk=cluster.pk))):
+        unit = "CPU machine" if row.product in cpus else "GPU"
+        words.append(
+            f"{row.product}: {gib(row.free_bytes)} free, at most {gib(row.largest_free_bytes)} "
+            f"on one {unit}; {row.percent}% of the free room lies in pieces (on {unit}s some "
+            "copy uses)."
+        )
+    return words

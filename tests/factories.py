@@ -9,7 +9,18 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractUser
 
 from catalog.models import Model, Variant
-from clusters.models import Accelerator, Cluster, ClusterKind, Machine, SharingClass
+from clusters.backends.base import DiscoveredMachine, Discovery
+from clusters.backends.standalone import cpu_accelerator
+from clusters.inventory import apply_discovery
+from clusters.models import (
+    Accelerator,
+    Cluster,
+    ClusterKind,
+    Machine,
+    SharingClass,
+    SharingStrategy,
+    Topology,
+)
 from console.models import Membership, Team
 from deployments.models import Copy, Deployment
 
@@ -74,6 +85,28 @@ def make_cluster(name: str = "lab", gpus: int = 2, sharing: str = "fractional") 
             compute_capability="9.0",
             sharing_class=SharingClass.SHARED,
         )
+    return cluster
+
+
+def make_cpu_cluster(
+    name: str = "cpu-box", cores: int = 16, system_gib: int = 32, reserve_gib: int = 8
+) -> Cluster:
+    """A standalone cluster on a machine without GPUs, written as discovery writes `local`
+    (one accelerator of vendor cpu: the system memory less the reserve), with fixed figures."""
+    cluster = Cluster.objects.create(
+        name=name,
+        kind=ClusterKind.STANDALONE,
+        topology=Topology.STANDALONE,
+        sharing_strategy=SharingStrategy.FRACTIONAL,
+    )
+    cpu = cpu_accelerator(system_gib * 2**30, reserve_gib * 2**30, cores)
+    machine = DiscoveredMachine(
+        name=f"{name}-m1",
+        cpu_count=cores,
+        system_memory_bytes=system_gib * 2**30,
+        accelerators=(cpu,),
+    )
+    apply_discovery(cluster, Discovery(machines=(machine,)))
     return cluster
 
 

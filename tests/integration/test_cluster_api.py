@@ -74,6 +74,31 @@ def test_a_viewer_reads_one_cluster_with_its_free_room(carol):
     ]
 
 
+def test_a_cpu_machine_counts_its_cores_and_memory_and_no_gpu(carol):
+    cpu_box = factories.make_cpu_cluster("cpu-box", cores=16, system_gib=32, reserve_gib=8)
+    body = get(carol, f"/clusters/{cpu_box.pk}", "read").json()
+    totals = {k: body[k] for k in ("gpu_count", "cpu_machines", "cpu_cores", "cpu_memory_gb")}
+    assert totals == {"gpu_count": 0, "cpu_machines": 1, "cpu_cores": 16, "cpu_memory_gb": 24.0}
+    (machine,) = body["machines"]
+    counts = {k: machine[k] for k in ("gpu_count", "gpu_memory_gb", "cpu_cores", "cpu_memory_gb")}
+    assert counts == {"gpu_count": 0, "gpu_memory_gb": 0.0, "cpu_cores": 16, "cpu_memory_gb": 24.0}
+    assert [(a["vendor"], a["memory_gb"]) for a in machine["gpus"]] == [("cpu", 24.0)]
+
+
+def test_the_list_counts_a_gpu_clusters_gpus_and_a_cpu_clusters_cpu_machines(carol):
+    factories.make_cpu_cluster("cpu-box", cores=16, system_gib=32, reserve_gib=8)
+    factories.make_cluster("lab", gpus=2)
+    listed = get(carol, "/clusters", "read").json()["items"]
+    figures = [
+        (c["name"], c["gpu_count"], c["cpu_machines"], c["cpu_cores"], c["cpu_memory_gb"])
+        for c in listed
+    ]
+    assert figures == [("cpu-box", 0, 1, 16, 24.0), ("lab", 2, 0, 0, 0.0)]
+    lab_machine = listed[1]["machines"][0]
+    assert (lab_machine["gpu_count"], lab_machine["cpu_cores"]) == (2, 0)
+    assert lab_machine["gpu_memory_gb"] == 159.29  # 2 × 81559 MiB
+
+
 def test_a_reservation_takes_its_room_from_the_gpu_it_holds(carol, red):
     lab = factories.make_cluster("lab", gpus=2)
     first = Accelerator.objects.get(machine__cluster=lab, index=0)
