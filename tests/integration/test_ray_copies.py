@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from decimal import Decimal
 from pathlib import Path
 
@@ -22,11 +21,12 @@ from django.urls import reverse
 from clusters.backends.ray.backend import NODE_GONE, namespace_of
 from clusters.models import Cluster, Machine
 from console.models import ApiKey
-from deployments import actions
+from deployments import actions, watcher
 from deployments.choices import CopyState, DeploymentState
 from deployments.models import Copy, Deployment, Event, LogLine, Reservation
+from deployments.tasks import SWEEP_PASS
 from tests.integration.test_lifecycle import host, reached
-from tests.processes import console_processes, gateway_server, wait_for
+from tests.processes import console_processes, gateway_server, wait_for, wait_for_a_pass_begun_now
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(900)]
 
@@ -133,7 +133,10 @@ def test_copies_run_as_actors_on_the_planned_nodes_serve_through_the_gateway_and
 
     # The console restarts (its driver with it): the actors live on and are taken up again.
     with console_processes(tmp_path, **FAST), gateway_server(**FAST) as gateway:
-        time.sleep(3)  # a few looks of the new watcher, through its new driver
+        # A whole look of the new watcher at the copies, through its new driver.
+        wait_for_a_pass_begun_now(
+            watcher.look_pass(cluster.pk), 120, what="a look of the new watcher"
+        )
         again = ray_actors(ray_cluster.dashboard, tmp_path)
         assert {name: again[name].actor_id for name in serving} == serving  # not restarted
         assert all(again[name].state == "ALIVE" for name in serving)
@@ -275,7 +278,8 @@ def test_an_actor_no_copy_owns_is_stopped_and_another_installs_are_not(
                  every=1, what="the actor no copy owns stopped")  # fmt: skip
         said = Event.objects.filter(message__startswith="Stopped an engine that no copy owns")
         assert said.filter(deployment_name="orphan").exists()
-        time.sleep(3)  # a sweep or two more
+        # A whole sweep begun after that one: it too leaves the other install's actor alone.
+        wait_for_a_pass_begun_now(SWEEP_PASS, 60, what="another sweep")
     from ray.util.state import list_actors
 
     theirs = list_actors(address=ray_cluster.dashboard, raise_on_missing_output=False,
