@@ -51,6 +51,7 @@ def engine_settings(
     given.setdefault("max_num_batched_tokens", max(2048, given.get("max_num_seqs", 256)))
     return placement.EngineSettings(
         vendor="nvidia",
+        runtime=variant.engine,
         dtype_bytes=DTYPE_BYTES.get(model.native_dtype, 2),
         min_compute_capability=variant.min_compute_capability or None,
         **given,

@@ -28,9 +28,23 @@ NCCL_BYTES = 256 << 20
 # processes with torch loaded. Measured as the process tree's PSS once ready, less the KV cache
 # it was given, for the tiny Llama, on three installs of the same vLLM (its dependencies are not
 # pinned): 1.31, 1.53 (API server 0.51, engine core 0.48, worker 0.53 beyond its cache) and 1.41
-# GiB. With 1.5 GiB each whole engine came within 4 % of its copy's budget, the largest 0.03 GiB
-# over it (which the activations' room covers). No CUDA context, no CUDA graphs.
-CPU_RUNTIME_BYTES = int(1.5 * GIB)
+# GiB, and 0.07 GiB apart from run to run on one install (shared pages are split among whatever
+# else runs). Counted at the top of that spread, so that the budget holds on every install: the
+# engine then leaves 0 to 0.3 GiB of its budget unused (the memory benchmark holds it to at most
+# 0.5 GiB, and never over). No CUDA context, no CUDA graphs.
+VLLM_CPU_RUNTIME_BYTES = int(1.6 * GIB)
+# llama.cpp's server on a CPU, beside its weights (mapped from the GGUF), KV cache and compute
+# buffer: one process, no Python. Measured for the tiny Llama's GGUF (`llama-server --model
+# tiny-llama-f32.gguf --ctx-size 512 --threads 1`, PSS from /proc/PID/smaps_rollup once it
+# served three chats): 22.9-23.5 MiB in all, of which 5.50 MiB weights, 0.50 MiB KV cache and
+# 4.51 MiB compute buffer as it logs them: 12.4-13.0 MiB its own (30.6 MiB in all as the
+# launcher starts it, in the memory benchmark). Counted at 32 MiB (a larger model's vocabulary
+# and graph add a few MiB more), plus the prompt cache it keeps in memory,
+# which the launcher bounds to LLAMACPP_PROMPT_CACHE_MIB (its default, 8 GiB, would outgrow
+# any budget).
+LLAMACPP_RUNTIME_BYTES = 32 << 20
+LLAMACPP_PROMPT_CACHE_MIB = 256
+LLAMACPP_CPU_OVERHEAD_BYTES = LLAMACPP_RUNTIME_BYTES + (LLAMACPP_PROMPT_CACHE_MIB << 20)
 
 # CUDA graphs are captured for batch sizes up to min(2 x max_num_seqs, 512); their memory grows
 # with that size, the hidden size and the number of layers. One constant for every model, from
@@ -163,9 +177,14 @@ def activations_bytes(model: ModelFacts, engine: EngineSettings, tensor_parallel
     return _measured_or(measured, modelled_activations_bytes(model, engine, tensor_parallel))
 
 
+def cpu_runtime_bytes(runtime: str) -> int:
+    """What the engine program takes on a CPU machine beyond weights, KV cache and activations."""
+    return LLAMACPP_CPU_OVERHEAD_BYTES if runtime == "llamacpp" else VLLM_CPU_RUNTIME_BYTES
+
+
 def overhead_bytes(model: ModelFacts, engine: EngineSettings, tensor_parallel: int = 1) -> int:
     if engine.vendor == "cpu":
-        return CPU_RUNTIME_BYTES
+        return cpu_runtime_bytes(engine.runtime)
     measured = engine.measured
     non_torch = NON_TORCH_BYTES + (NCCL_BYTES if tensor_parallel > 1 else 0)
     non_torch = _measured_or(measured.non_torch_bytes if measured else None, non_torch)

@@ -14,6 +14,8 @@ from placement import shares
 
 GIB = 1 << 30
 VENDORS = ("nvidia", "amd", "apple", "cpu")
+# The engine programs a copy runs: vLLM, or llama.cpp's server for GGUF files.
+RUNTIMES = ("vllm", "llamacpp")
 KV_CACHE_DTYPES = (
     "auto",
     "float16",
@@ -156,6 +158,7 @@ class EngineSettings:
     """The vLLM settings that decide a copy's memory, and what hardware the engine needs."""
 
     vendor: str = "nvidia"
+    runtime: str = "vllm"  # the engine program (RUNTIMES): each has its own overhead
     max_model_len: int | None = None  # None: the model's max_context
     kv_cache_dtype: str = "auto"
     dtype_bytes: int = 2
@@ -169,6 +172,7 @@ class EngineSettings:
 
     def __post_init__(self) -> None:
         _check(self.vendor in VENDORS, "vendor", f"must be one of {', '.join(VENDORS)}")
+        _check(self.runtime in RUNTIMES, "runtime", f"must be one of {', '.join(RUNTIMES)}")
         length = self.max_model_len
         _check(length is None or length > 0, "max_model_len", "must be at least 1")
         _check(self.dtype_bytes in (1, 2, 4), "dtype_bytes", "must be 1, 2 or 4")

@@ -3,7 +3,8 @@ one (0.3.36's tree) behaves where Berth depends on it (reference/real-engines.md
 conformance suite):
 
     python -m clusters.simulator.llama --model FILE.gguf --alias NAME --host H --port P \
-        [--ctx-size N] [--threads N] [--metrics] [--n-gpu-layers N] [--parallel N]
+        [--ctx-size N] [--threads N] [--metrics] [--n-gpu-layers N] [--parallel N] \
+        [--cache-ram MIB]
 
 - Lines: `llama_server: model loaded`, then `llama_server: listening on http://H:P`, each with
   llama.cpp's prefix (time since start, a level letter). A flag it does not know: exit 1,
@@ -57,6 +58,8 @@ VALUED = {
     "-ngl": "n_gpu_layers",
     "--parallel": "parallel",
     "-np": "parallel",
+    "--cache-ram": "cache_ram",
+    "-cram": "cache_ram",
     "--api-key": "api_key",
 }
 SWITCHES = {"--metrics": "metrics"}
@@ -77,6 +80,7 @@ class Options:
     threads: str = "1"
     n_gpu_layers: str = "0"
     parallel: str = "4"
+    cache_ram: str = "8192"  # MiB of prompt cache; the simulator keeps none, whatever it is
     api_key: str = ""
     metrics: bool = False
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from clusters.backends.argv import without_key
 from deployments.engine.settings import CATALOG, validate_settings
+from placement.estimate import LLAMACPP_PROMPT_CACHE_MIB
 
 PORT_SHOWN = "<port>"  # a copy's port is chosen when it launches
 # The variable each engine reads its API key from (vLLM: VLLM_API_KEY; llama.cpp: LLAMA_API_KEY).
@@ -85,7 +86,9 @@ def llamacpp_argv(settings: dict[str, Any], facts: LaunchFacts, gguf_path: str) 
     # --metrics: llama.cpp serves /metrics only when asked, and the watcher reads it.
     argv += ["--host", facts.host, "--port", str(facts.port), "--metrics"]
     if facts.on_cpu:
+        # Its prompt cache lives in the machine's memory, the copy's budget: bounded, as counted.
         argv += ["--threads", str(facts.cpu_threads or 1)]
+        argv += ["--cache-ram", str(LLAMACPP_PROMPT_CACHE_MIB)]
     else:
         argv += ["--n-gpu-layers", "999"]
     if "max_model_len" in checked:

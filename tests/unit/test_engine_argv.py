@@ -122,6 +122,8 @@ def test_a_copy_on_a_cpu_gets_no_cuda_only_flags():
     gguf = llamacpp_argv({}, ON_CPU, "/m.gguf")
     assert "--n-gpu-layers" not in gguf
     assert gguf[gguf.index("--threads") + 1] == "3"
+    assert gguf[gguf.index("--cache-ram") + 1] == "256"  # its prompt cache, within the budget
+    assert "--cache-ram" not in llamacpp_argv({}, FACTS, "/m.gguf")  # on a GPU: host memory
     assert "--n-gpu-layers" in llamacpp_argv({}, FACTS, "/m.gguf")  # on a GPU: every layer there
 
 

@@ -18,7 +18,6 @@ from placement_examples import (
 from placement import EngineSettings, MeasuredRuntime, ModelFacts, estimate_copy
 from placement.estimate import (
     BLOCK_TOKENS,
-    CPU_RUNTIME_BYTES,
     available_kv_bytes,
     kv_bytes_for_request,
     kv_bytes_per_token,
@@ -169,15 +168,31 @@ def test_model_facts_default_the_head_dim_as_vllm_does() -> None:
     assert facts.effective_head_dim == 128
 
 
+VLLM_CPU_RUNTIME = 1_717_986_918  # 1.6 GiB, the top of the measured spread
+LLAMACPP_CPU_OVERHEAD = 301_989_888  # 32 MiB of its own and its prompt cache's 256 MiB
+
+
 def test_on_a_cpu_the_runtime_is_the_cpu_builds_processes_not_cuda_graphs():
     on_gpu = estimate_copy(LLAMA_3_1_8B, ENGINE)
     on_cpu = estimate_copy(LLAMA_3_1_8B, dataclasses.replace(ENGINE, vendor="cpu"))
-    assert on_cpu.overhead_bytes == CPU_RUNTIME_BYTES != on_gpu.overhead_bytes
+    assert on_cpu.overhead_bytes == VLLM_CPU_RUNTIME != on_gpu.overhead_bytes
     assert on_cpu.weights_bytes == on_gpu.weights_bytes
     # The CPU build's blocks are of 128 tokens: 8192 tokens and the null block are 65 of them.
     assert on_cpu.kv_cache_bytes == 65 * 128 * on_cpu.kv_bytes_per_token
     assert on_gpu.kv_cache_bytes == 513 * 16 * on_gpu.kv_bytes_per_token
     budget = 40 * (1 << 30)
-    fixed = on_cpu.weights_bytes + on_cpu.activations_bytes + CPU_RUNTIME_BYTES
+    fixed = on_cpu.weights_bytes + on_cpu.activations_bytes + VLLM_CPU_RUNTIME
     cpu = dataclasses.replace(ENGINE, vendor="cpu")
     assert available_kv_bytes(LLAMA_3_1_8B, cpu, budget) == budget - fixed
+
+
+def test_llama_cpp_on_a_cpu_is_charged_its_own_runtime_not_vllms():
+    llama = dataclasses.replace(ENGINE, vendor="cpu", runtime="llamacpp")
+    vllm = dataclasses.replace(ENGINE, vendor="cpu", runtime="vllm")
+    assert estimate_copy(LLAMA_3_1_8B, llama).overhead_bytes == LLAMACPP_CPU_OVERHEAD
+    assert estimate_copy(LLAMA_3_1_8B, vllm).overhead_bytes == VLLM_CPU_RUNTIME
+
+
+def test_an_unknown_engine_program_is_refused_naming_the_known_ones():
+    with pytest.raises(ValueError, match="^runtime: must be one of vllm, llamacpp$"):
+        EngineSettings(vendor="cpu", runtime="ollama")
