@@ -19,8 +19,9 @@ from console.models import ApiKey
 from deployments import actions, load
 from deployments.choices import CopyState, DeploymentState, EventKind
 from deployments.models import Copy, Deployment, Event
+from deployments.tasks import AUTOSCALE_PASS
 from tests.integration.test_lifecycle import host, reached, simulated_cluster
-from tests.processes import console_processes, gateway_server, wait_for
+from tests.processes import console_processes, gateway_server, wait_for, wait_for_a_pass_begun_now
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(300)]
 
@@ -101,7 +102,9 @@ def test_idle_goes_to_zero_a_request_wakes_it_and_one_that_cannot_wait_is_told_w
         idle_for_two_minutes(sluggish)
         with ThreadPoolExecutor(max_workers=2) as pool:
             held = pool.submit(chat, gateway, key, "sluggish")
-            time.sleep(1)  # the first is held by now
+            # The first request woke it, so it is held: the gateway counts it before it wakes.
+            wait_for(lambda: "0 → 1 copy: woken by a request from bob" in autoscale_events(sluggish),
+                     10, every=0.05, what="the first request holding")  # fmt: skip
             refused = chat(gateway, key, "sluggish")
             too_long = held.result()
         assert refused.status_code == 503, refused.text
@@ -131,11 +134,14 @@ def test_idle_goes_to_zero_a_request_wakes_it_and_one_that_cannot_wait_is_told_w
         reply_done.join(timeout=60)
         assert streamed and streamed[0].rstrip().endswith(b"data: [DONE]"), streamed
         wait_for(reached(sleepy, DeploymentState.STOPPED), 60, what="STOPPED")
+        events_before = autoscale_events(sleepy)
         after_stop = chat(gateway, key, "sleepy")
         assert after_stop.status_code == 503
         assert "sleepy is stopped" in after_stop.json()["error"]["message"]
-        time.sleep(2)
+        # An autoscaler pass begun after that request has run, and left it stopped.
+        wait_for_a_pass_begun_now(AUTOSCALE_PASS, 30, what="an autoscaler pass")
         assert Deployment.objects.get(pk=sleepy.pk).state == DeploymentState.STOPPED
+        assert (running(sleepy), autoscale_events(sleepy)) == ([], events_before)
 
 
 def ok(reply: httpx.Response) -> bool:
