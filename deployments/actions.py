@@ -244,10 +244,16 @@ def host(actor: Any, request: HostRequest) -> Deployment:
     cannot_run = why_it_cannot_run(request.variant, request.cluster)
     if cannot_run:
         raise ActionRefused(cannot_run, "variant")
-    try:
-        gated.require_access(request.team, request.model)
-    except gated.GatedRefused as refused:
-        raise ActionRefused(str(refused), "model") from None
+    # What can never fit is told before any network look-up: an offline server gives the reason.
+    unsaved = Deployment(
+        model=request.model, variant=request.variant, cluster=request.cluster, **values
+    )
+    never = lifecycle.never_fits(unsaved)
+    if not never:
+        try:
+            gated.require_access(request.team, request.model)
+        except gated.GatedRefused as refused:
+            raise ActionRefused(str(refused), "model") from None
     try:
         with transaction.atomic():
             deployment = Deployment.objects.create(
@@ -271,7 +277,6 @@ def host(actor: Any, request: HostRequest) -> Deployment:
                 f"on {request.cluster.name}{autoscaled}{moves}",
             )
             live.broadcast_on_commit("deployments", live.DEPLOYMENT_ADDED, deployment.pk)
-            never = lifecycle.never_fits(deployment)
             if never:
                 lifecycle.fail_at_once(deployment, never)  # nothing fetched, no copy made
                 return Deployment.objects.get(pk=deployment.pk)
@@ -460,8 +465,14 @@ def stop(actor: Any, deployment: Deployment) -> Done:
     return Done(Deployment.objects.get(pk=deployment.pk), "Stopping every copy.")
 
 
+# Start is for what an operator stopped; a FAILED one is tried again, failed copies included.
+START_FAILED = "it failed: try it again with retry (Check now on its page), not start"
+
+
 def start(actor: Any, deployment: Deployment) -> Done:
     """Place and load a stopped deployment again."""
+    if deployment.state == DeploymentState.FAILED:
+        raise ActionRefused(START_FAILED)
     if deployment.state != DeploymentState.STOPPED:
         raise ActionRefused("only a stopped deployment can be started")
     with transaction.atomic():
@@ -523,6 +534,17 @@ def check_now(actor: Any, deployment: Deployment) -> Done:
         else:
             lifecycle.enqueue("check_deployment", deployment.pk)
     return Done(Deployment.objects.get(pk=deployment.pk), "Checking now.")
+
+
+def retry(actor: Any, deployment: Deployment) -> Done:
+    """Try a FAILED deployment again from the start, as Check now does on its page."""
+    if deployment.state != DeploymentState.FAILED:
+        state = deployment.get_state_display().lower()
+        raise ActionRefused(f"only a failed deployment can be tried again; it is {state}")
+    with transaction.atomic():
+        record(deployment, actor, "Retry")
+        lifecycle.start_over(deployment, "Trying again.", actor)
+    return Done(Deployment.objects.get(pk=deployment.pk), "Trying again.")
 
 
 # What the deployments list's bulk bar offers: one action, run on each selected deployment.

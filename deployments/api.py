@@ -1,5 +1,5 @@
-"""The deployments API: host, read, scale, stop, start, check, delete and change deployments,
-and check the fit or estimate the memory of a model before hosting it.
+"""The deployments API: host, read, scale, stop, start, check, retry, delete and change
+deployments, and check the fit or estimate the memory of a model before hosting it.
 
 What it reads, each field with its rules, is deployments/api_input.py; the API's shared
 vocabulary (the error body, strict input schemas) is console/api_schema.py (GiB, like every
@@ -423,14 +423,15 @@ def host(request: HttpRequest, payload: HostIn) -> Status[dict[str, Any]]:
     name = payload.name
     if name is None:
         name = said(chosen, "name", choosing.name_for(model)).value
+    variant = chosen_variant(payload, model, cluster, chosen)
     asked = HostRequest(
         team=team,
         model=model,
-        variant=chosen_variant(payload, model, cluster, chosen),
+        variant=variant,
         cluster=cluster,
         name=name,
         copies=payload.copies,
-        accelerators_per_copy=payload.accelerators_per_copy,
+        accelerators_per_copy=chosen_size(payload, (cluster, model, variant), chosen),
         engine_settings=payload.engine_settings,
         chat_name=payload.chat_name,
         reply_wait_s=payload.reply_wait_s,
@@ -473,6 +474,21 @@ def chosen_variant(
     if choice.value is None:
         raise ActionRefused(f"{choice.why} Name a variant of {model.repo_id}", "variant")
     return said(chosen, "variant", choice).value
+
+
+def chosen_size(
+    payload: HostIn | FitCheckIn,
+    hosting: tuple[Cluster, Model, Variant],
+    chosen: dict[str, dict[str, str]] | None = None,
+) -> Any:
+    if payload.accelerators_per_copy is not None:
+        return payload.accelerators_per_copy
+    cluster, model, variant = hosting
+    settings = actions.checked_settings(payload.engine_settings, cluster)
+    choice = choosing.size_for(cluster, model, variant, settings)
+    if chosen is not None:
+        said(chosen, "accelerators_per_copy", choice)
+    return choice.value
 
 
 def operate(request: HttpRequest, pk: int, act: Callable[[Deployment], Any]) -> dict[str, Any]:
@@ -522,6 +538,13 @@ def start(request: HttpRequest, id: int) -> Status[dict[str, Any]]:
 def check_now(request: HttpRequest, id: int) -> Status[dict[str, Any]]:
     """Look at it at once; a FAILED deployment starts over."""
     return Status(202, operate(request, id, lambda d: actions.check_now(request.user, d)))
+
+
+@router.post("/deployments/{int:id}/retry", response={202: DeploymentOut, **ERRORS})
+def retry(request: HttpRequest, id: int) -> Status[dict[str, Any]]:
+    """Try a FAILED deployment again from the start (start refuses a failed one); any other
+    state is refused with 400."""
+    return Status(202, operate(request, id, lambda d: actions.retry(request.user, d)))
 
 
 def files_out(deployment: Deployment, message: str = "") -> dict[str, Any]:
@@ -656,7 +679,7 @@ def check_fit(request: HttpRequest, payload: FitCheckIn) -> dict[str, Any]:
     variant = find_variant(model, payload.variant)
     cluster = find_cluster(payload.cluster)
     copies = actions.parse_copies(payload.copies)
-    size = actions.parse_size(payload.accelerators_per_copy)
+    size = actions.parse_size(chosen_size(payload, (cluster, model, variant)))
     settings = actions.checked_settings(payload.engine_settings, cluster)
     asked = checked_request(model, variant, settings, size, copies, "accelerators_per_copy")
     if not payload.allow_moves:

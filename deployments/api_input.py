@@ -79,6 +79,10 @@ SIZE_HELP = (
     "decimals), 1, or a whole number n > 1 of GPUs of one machine (tensor parallel), at most "
     f"{actions.MOST_ACCELERATORS_PER_COPY}; as a number or as its text"
 )
+SIZE_LEFT_OUT = (
+    "left out: the smallest usual size that holds one copy with its context on the cluster, "
+    "so that models hosted the same way share a machine"
+)
 
 
 def plain_size_text(value: Any) -> Any:
@@ -231,7 +235,7 @@ class HostIn(StrictSchema):
         "name from the repository id",
     )
     copies: Copies = Field(1, description=COPIES_HELP)
-    accelerators_per_copy: Size = Field(1, description=SIZE_HELP)
+    accelerators_per_copy: Size | None = Field(None, description=f"{SIZE_HELP}; {SIZE_LEFT_OUT}")
     engine_settings: EngineSettings = Field(default_factory=dict, description=SETTINGS_HELP)
     chat_name: ChatName = Field("", description=CHAT_NAME_HELP)
     reply_wait_s: ReplyWait | None = Field(None, description=REPLY_WAIT_HELP)
@@ -268,7 +272,7 @@ class FitCheckIn(StrictSchema):
     variant: VariantName
     cluster: ClusterName
     copies: Copies = Field(1, description=f"how many copies to place, 0 to {actions.MOST_COPIES}")
-    accelerators_per_copy: Size = Field(1, description=SIZE_HELP)
+    accelerators_per_copy: Size | None = Field(None, description=f"{SIZE_HELP}; {SIZE_LEFT_OUT}")
     engine_settings: EngineSettings = Field(default_factory=dict, description=SETTINGS_HELP)
     allow_moves: bool = Field(
         False,

@@ -1,4 +1,5 @@
-"""What Berth chooses when an operator leaves it open: the variant, the cluster and the name.
+"""What Berth chooses when an operator leaves it open: the variant, the cluster, the size of a
+copy and the name.
 
 The one home of these defaults, for the wizard's novice mode and the API (and the SDK on it);
 each choice says why, in words the page and the API's answer show. A variant already on this
@@ -21,9 +22,13 @@ from deployments.engine.variant_advice import (
     pick,
     why_it_cannot_run,
 )
+from deployments.fit_words import SIZE_CHOICES, size_text
 from deployments.models import Deployment
 from deployments.placing import first_reason, fit_check, placement_request
 from placement.words import gib
+
+# The step between the shares placement suggests (placement/fit.py's FRACTION_LADDER).
+LADDER_STEP = Decimal("0.1")
 
 
 @dataclass(frozen=True)
@@ -64,13 +69,48 @@ def variant_for(model: Model, cluster: Cluster) -> Choice:
     return Choice(picked, f"{why} It is not on this server yet: {gib(picked.size_bytes)} to fetch.")
 
 
-def fits_now(cluster: Cluster, model: Model, variant: Variant, asked: dict[str, Any]) -> str:
-    """Why one copy of this size does not fit the cluster now; "" when it does."""
+def size_for(cluster: Cluster, model: Model, variant: Variant, settings: dict[str, Any]) -> Choice:
+    """The size of a copy left open: the smallest usual size that holds one copy with its
+    context on the cluster, so that a second model hosted the same way can share the machine.
+    1 where none does (the fit check then says why)."""
     try:
-        request = placement_request(
-            model, variant, asked.get("settings") or {}, asked.get("size", Decimal(1)), 1
-        )
-        result = fit_check(cluster, request)
+        result = fit_check(cluster, placement_request(model, variant, settings, 1, 1))
+    except ValueError as error:
+        return Choice(Decimal(1), f"1: no smaller size was tried ({error}).")
+    suggested = result.suggested_accelerators_per_copy
+    if suggested is None:
+        return Choice(Decimal(1), f"1: no size holds a copy on {cluster.name}.")
+    size = smallest_usual_size(Decimal(str(suggested)), cluster, model, variant, settings)
+    return Choice(
+        size,
+        f"{size}: the smallest usual size that holds one copy with its context on {cluster.name}.",
+    )
+
+
+def smallest_usual_size(
+    suggested: Decimal, cluster: Cluster, model: Model, variant: Variant, settings: dict[str, Any]
+) -> Decimal:
+    """The first usual size from placement's suggestion up; placement suggests in tenths, so a
+    usual third just below it (0.333 for 0.4) is tried too."""
+    usual = [Decimal(size) for size, _ in SIZE_CHOICES]
+    above = [size for size in usual if size >= suggested]
+    first = above[0] if above else suggested
+    for size in (size for size in usual if suggested - LADDER_STEP < size < first):
+        request = placement_request(model, variant, settings, size, 1)
+        if fit_check(cluster, request).fit_empty:
+            return Decimal(size_text(size))
+    return Decimal(size_text(first))
+
+
+def fits_now(cluster: Cluster, model: Model, variant: Variant, asked: dict[str, Any]) -> str:
+    """Why one copy does not fit the cluster now (of the size asked, or the one size_for
+    chooses there); "" when it does."""
+    settings = asked.get("settings") or {}
+    size = asked.get("size")
+    if size is None:
+        size = size_for(cluster, model, variant, settings).value
+    try:
+        result = fit_check(cluster, placement_request(model, variant, settings, size, 1))
     except ValueError as error:
         return str(error)
     if result.fit_now:

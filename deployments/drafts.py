@@ -15,8 +15,8 @@ from clusters.models import Cluster
 from console.models import Team
 from deployments import actions, choosing, fit_words, repacking
 from deployments.engine.variant_advice import hardware_of
-from deployments.fit_words import size_choices, size_text
-from deployments.placing import fit_check, fit_check_with_moves, for_cluster, placement_request
+from deployments.fit_words import size_text
+from deployments.placing import fit_check_with_moves, for_cluster, placement_request
 from deployments.snapshot import inventory_for
 
 STEPS = ("model", "where", "settings", "review")
@@ -90,17 +90,11 @@ def models_on_this_server(query: str) -> list[Model]:
 
 
 def first_size(draft: Draft) -> str:
-    """The size the fit check starts from: the smallest usual size that holds one copy."""
+    """The size the fit check starts from: the one Berth chooses when a request leaves it open."""
     model, variant, cluster = draft.model, draft.variant, draft.cluster
     if not (model and variant and cluster):
         return "1"
-    try:
-        result = fit_check(cluster, placement_request(model, variant, draft.settings, 1, 1))
-    except ValueError:
-        return "1"
-    value = Decimal(str(result.suggested_accelerators_per_copy or 1))
-    usual = [Decimal(s) for s, _ in size_choices() if Decimal(s) >= value]
-    return size_text(usual[0] if usual else value)
+    return size_text(choosing.size_for(cluster, model, variant, draft.settings).value)
 
 
 def fit_for(draft: Draft) -> fit_words.FitWords | None:

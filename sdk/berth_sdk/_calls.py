@@ -119,7 +119,7 @@ def host(
     variant: str | None,
     cluster: str | None,
     copies: int,
-    accelerators_per_copy: Size,
+    accelerators_per_copy: Size | None,
     chat_name: str | None,
     engine_settings: Mapping[str, Any] | None,
     name: str | None,
@@ -129,11 +129,9 @@ def host(
     allow_moves: bool = False,
 ) -> Request:
     """What is left None is left to the console, which chooses it and says why."""
-    body: dict[str, Any] = {
-        "model": repo_id,
-        "copies": copies,
-        "accelerators_per_copy": number(accelerators_per_copy),
-    }
+    body: dict[str, Any] = {"model": repo_id, "copies": copies}
+    if accelerators_per_copy is not None:
+        body["accelerators_per_copy"] = number(accelerators_per_copy)
     optional = {"variant": variant, "cluster": cluster, "name": name, "team": team}
     optional |= {"chat_name": chat_name, "revision": revision}
     body |= {key: value for key, value in optional.items() if value is not None}
@@ -177,7 +175,7 @@ def set_autoscaling(pk: int, policy: Autoscaling | None) -> Request:
 
 
 def action(pk: int, act: str) -> Request:
-    """stop, start or check: an action without a body."""
+    """stop, start, check or retry: an action without a body."""
     return Request("POST", f"/deployments/{pk}/{act}")
 
 
@@ -233,13 +231,15 @@ def fit_check(
     variant: str,
     cluster: str,
     copies: int,
-    accelerators_per_copy: Size,
+    accelerators_per_copy: Size | None,
     settings: Mapping[str, Any],
     allow_moves: bool = False,
 ) -> Request:
+    """A size left None is the console's choice (see host)."""
     body = {"model": repo_id, "variant": variant, "cluster": cluster, "copies": copies}
-    size = number(accelerators_per_copy)
-    asked = {**body, "accelerators_per_copy": size, "engine_settings": dict(settings)}
+    asked: dict[str, Any] = {**body, "engine_settings": dict(settings)}
+    if accelerators_per_copy is not None:
+        asked["accelerators_per_copy"] = number(accelerators_per_copy)
     if allow_moves:
         asked["allow_moves"] = True
     return Request("POST", "/fit-check", body=asked)

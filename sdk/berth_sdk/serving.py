@@ -81,7 +81,7 @@ def event_filters(
 
 
 class Serving:
-    """Deployments: host, wait, read, list, scale, stop, start, delete, check, logs, events;
+    """Deployments: host, wait, read, list, scale, stop, start, retry, delete, check, logs, events;
     and the memory estimate and fit check of a model."""
 
     def __init__(self, transport: Transport, models: Models, clusters: Clusters) -> None:
@@ -98,7 +98,7 @@ class Serving:
         variant: str | None = None,
         cluster: str | None = None,
         copies: int = 1,
-        accelerators_per_copy: Size = 1,
+        accelerators_per_copy: Size | None = None,
         chat_name: str | None = None,
         engine_settings: Mapping[str, Any] | None = None,
         name: str | None = None,
@@ -115,12 +115,14 @@ class Serving:
         """Host a model and return the deployment's id.
 
         The model is named by `model_id` (its catalog id) or `repo_id`. What is left None
-        (variant, cluster, name, team) the console chooses, as its wizard does: a variant that
-        runs and fits (one already on this server first), the first cluster with room, a
-        unique name. With `wait` (the default) this blocks until the deployment is DEPLOYED,
-        raising DeploymentFailedError if it fails (FAILED, ERROR, MUST_REDOWNLOAD) and
-        DeploymentTimeoutError (a TimeoutError) after `timeout_seconds`; `on_update` is called
-        with the deployment at each poll. Without, it returns once the console has accepted it.
+        (variant, cluster, size, name, team) the console chooses, as its wizard does: a variant
+        that runs and fits (one already on this server first), the first cluster with room,
+        the smallest usual size that holds one copy with its context there (so that models
+        hosted the same way share a machine), a unique name. With `wait` (the default) this
+        blocks until the deployment is DEPLOYED, raising DeploymentFailedError if it fails
+        (FAILED, ERROR, MUST_REDOWNLOAD) and DeploymentTimeoutError (a TimeoutError) after
+        `timeout_seconds`; `on_update` is called with the deployment at each poll. Without, it
+        returns once the console has accepted it.
         With `allow_moves`, copies of other deployments may move to make room (each started at
         its new place before the old one stops), as the fit check's moves show.
         """
@@ -153,7 +155,7 @@ class Serving:
         variant: str | None = None,
         cluster: str | None = None,
         copies: int = 1,
-        accelerators_per_copy: Size = 1,
+        accelerators_per_copy: Size | None = None,
         chat_name: str | None = None,
         engine_settings: Mapping[str, Any] | None = None,
         name: str | None = None,
@@ -309,6 +311,11 @@ class Serving:
         """Look at it at once; a FAILED deployment starts over."""
         return self._act(deployment, "check")
 
+    def retry_deployment(self, deployment: DeploymentRef) -> Deployment:
+        """Try a FAILED deployment again from the start (start_deployment refuses a failed one;
+        any other state is refused with BerthAPIError, status 400)."""
+        return self._act(deployment, "retry")
+
     def delete_deployment(self, deployment: DeploymentRef) -> None:
         """Stop every copy, then remove the deployment; the model stays on the server."""
         self._transport.send(calls.delete(self._id(deployment)))
@@ -343,7 +350,7 @@ class Serving:
         cluster: ClusterRef,
         variant: str | None = None,
         copies: int = 1,
-        accelerators_per_copy: Size = 1,
+        accelerators_per_copy: Size | None = None,
         *,
         max_model_len: int | None = None,
         engine_settings: Mapping[str, Any] | None = None,
@@ -414,7 +421,7 @@ class AsyncServing:
         variant: str | None = None,
         cluster: str | None = None,
         copies: int = 1,
-        accelerators_per_copy: Size = 1,
+        accelerators_per_copy: Size | None = None,
         chat_name: str | None = None,
         engine_settings: Mapping[str, Any] | None = None,
         name: str | None = None,
@@ -458,7 +465,7 @@ class AsyncServing:
         variant: str | None = None,
         cluster: str | None = None,
         copies: int = 1,
-        accelerators_per_copy: Size = 1,
+        accelerators_per_copy: Size | None = None,
         chat_name: str | None = None,
         engine_settings: Mapping[str, Any] | None = None,
         name: str | None = None,
@@ -605,6 +612,9 @@ class AsyncServing:
     async def check_now(self, deployment: DeploymentRef) -> Deployment:
         return await self._act(deployment, "check")
 
+    async def retry_deployment(self, deployment: DeploymentRef) -> Deployment:
+        return await self._act(deployment, "retry")
+
     async def delete_deployment(self, deployment: DeploymentRef) -> None:
         await self._transport.send(calls.delete(await self._id(deployment)))
 
@@ -635,7 +645,7 @@ class AsyncServing:
         cluster: ClusterRef,
         variant: str | None = None,
         copies: int = 1,
-        accelerators_per_copy: Size = 1,
+        accelerators_per_copy: Size | None = None,
         *,
         max_model_len: int | None = None,
         engine_settings: Mapping[str, Any] | None = None,

@@ -14,10 +14,11 @@ from django.test import Client
 
 from catalog.models import Model
 from clusters.models import Accelerator, Cluster, Machine
+from console import keys
 from console.models import ApiKey
-from deployments.choices import DeploymentState
+from deployments.choices import CopyState, DeploymentState
 from deployments.models import Copy, Deployment, Event, Reservation
-from deployments.transitions import move_deployment
+from deployments.transitions import move_copy, move_deployment
 from tests import factories
 
 pytestmark = pytest.mark.django_db
@@ -31,6 +32,7 @@ EVERY_PATH = {
     "/api/v1/deployments/{id}/stop",
     "/api/v1/deployments/{id}/start",
     "/api/v1/deployments/{id}/check",
+    "/api/v1/deployments/{id}/retry",
     "/api/v1/deployments/{id}/chat-name",
     "/api/v1/deployments/{id}/reply-wait",
     "/api/v1/deployments/{id}/engine-settings",
@@ -177,6 +179,7 @@ def test_a_viewers_key_reads_but_changes_nothing(demo, carol, red):
         carols.post(f"/deployments/{deployment.pk}/stop"),
         carols.post(f"/deployments/{deployment.pk}/start"),
         carols.post(f"/deployments/{deployment.pk}/check"),
+        carols.post(f"/deployments/{deployment.pk}/retry"),
         carols.post(f"/deployments/{deployment.pk}/chat-name", {"chat_name": "mine"}),
         carols.post(f"/deployments/{deployment.pk}/reply-wait", {"reply_wait_s": 60}),
         carols.post(f"/deployments/{deployment.pk}/engine-settings", {"engine_settings": {}}),
@@ -574,6 +577,56 @@ def test_stop_start_check_and_delete_follow_the_deployments_state(demo, bob, red
     assert gone.json() == {"id": deployment.pk, "state": None}
     assert not Deployment.objects.exists()
     assert bobs.get(f"/deployments/{deployment.pk}").status_code == 404
+
+
+def test_retry_tries_a_failed_deployment_again_and_start_refuses_it(demo, bob, red):
+    deployment = on_demo("red-qwen", red)
+    copy = factories.make_copy(deployment)
+    bobs = Caller(bob)
+    early = bobs.post(f"/deployments/{deployment.pk}/retry")
+    assert early.status_code == 400
+    assert early.json() == {
+        "detail": "only a failed deployment can be tried again; it is requested",
+        "field": "",
+    }
+    move_copy(copy.pk, CopyState.FAILED, message="OOM at load.")
+    move_deployment(deployment.pk, DeploymentState.FAILED, message="OOM at load.")
+    started = bobs.post(f"/deployments/{deployment.pk}/start")
+    assert started.status_code == 400
+    assert started.json() == {
+        "detail": "it failed: try it again with retry (Check now on its page), not start",
+        "field": "",
+    }
+    retried = bobs.post(f"/deployments/{deployment.pk}/retry")
+    assert retried.status_code == 202
+    assert (retried.json()["state"], retried.json()["last_message"]) == (
+        "REQUESTED",
+        "Trying again.",
+    )
+    assert Copy.objects.get(pk=copy.pk).state == CopyState.REQUESTED
+    said = Event.objects.filter(deployment=deployment, kind="action", actor_name="bob")
+    assert list(said.values_list("message", flat=True)) == ["Retry"]
+
+
+def test_retry_needs_an_operator_of_the_team_and_an_operate_key(demo, bob, dave, red):
+    deployment = on_demo("red-qwen", red)
+    move_deployment(deployment.pk, DeploymentState.FAILED, message="Does not fit.")
+    outsider = Caller(dave).post(f"/deployments/{deployment.pk}/retry")
+    assert (outsider.status_code, outsider.json()["detail"]) == (
+        404,
+        "No such deployment in your teams.",
+    )
+    reader = Client().post(
+        f"{API}/deployments/{deployment.pk}/retry",
+        headers={"Authorization": f"Bearer {keys.issue(bob, 'dashboard', 'read')[1]}"},
+    )
+    assert reader.status_code == 403
+    assert reader.json()["detail"] == (
+        "This API key's scope is read: it may read (GET), check a fit and estimate memory, "
+        "but not change anything. Use an operate key for this."
+    )
+    assert Deployment.objects.get().state == DeploymentState.FAILED
+    assert not Event.objects.filter(kind="action").exists()
 
 
 # --- fit checks and estimates ----------------------------------------------------------------

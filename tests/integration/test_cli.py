@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from console.models import ApiKey
 from deployments.choices import DeploymentState
 from deployments.models import Deployment
 from tests.integration.conftest import QWEN, Console
@@ -120,6 +121,46 @@ def test_a_failed_or_timed_out_deploy_exits_3_or_4_with_the_reason(berth_console
     assert timed_out.returncode == 4
     assert "Still not ready after 2 s; it goes on" in timed_out.stdout
     assert Deployment.objects.get(name="hangs").state != DeploymentState.DEPLOYED
+
+
+def test_retry_tries_a_failed_deployment_again_and_start_points_to_it(berth_console, carol):
+    held = run(berth_console, "deploy", QWEN, "--name", "holder", "--variant", "bf16",
+               "--cluster", "sdk", "--copies", "2", "--size", "1",
+               "--set", "max_model_len=4096")  # fmt: skip
+    assert held.returncode == 0, held.stderr
+    failed = run(berth_console, "deploy", QWEN, "--name", "waiter", "--variant", "bf16",
+                 "--cluster", "sdk", "--size", "1", "--set", "max_model_len=4096")  # fmt: skip
+    assert failed.returncode == 3
+    assert "Its logs: berth logs waiter; after a fix: berth retry waiter" in failed.stdout
+    started = run(berth_console, "start", "waiter")
+    assert started.returncode == 1
+    assert started.stderr == (
+        "berth: the console refused (HTTP 400): "
+        "it failed: try it again with retry (Check now on its page), not start\n"
+    )
+    viewer = run(berth_console, "retry", "waiter", key=ApiKey.issue(carol, "cli viewer")[1])
+    assert viewer.returncode == 1
+    assert viewer.stderr == (
+        "berth: the console refused (HTTP 403): "
+        "Your role in this deployment's team only lets you read it.\n"
+    )
+
+    assert run(berth_console, "stop", "holder").returncode == 0
+    holder = Deployment.objects.get(name="holder")
+    wait_for(lambda: state_of(holder) == DeploymentState.STOPPED, 60, what="STOPPED")
+    retried = run(berth_console, "retry", "waiter")
+    assert retried.returncode == 0, retried.stderr
+    assert retried.stdout.startswith("Retrying waiter. It is ")
+    waiter = Deployment.objects.get(name="waiter")
+    wait_for(lambda: state_of(waiter) == DeploymentState.DEPLOYED, 120, what="DEPLOYED")
+    again = run(berth_console, "retry", "waiter", "--output", "json")
+    assert again.returncode == 1
+    assert json.loads(again.stdout) == {
+        "error": "refused",
+        "message": "only a failed deployment can be tried again; it is deployed",
+        "status": 400,
+        "field": "",
+    }
 
 
 def test_estimate_fit_and_models_answer_and_bad_input_is_refused_with_words(berth_console):

@@ -80,9 +80,27 @@ def test_a_second_deployment_of_the_model_gets_the_next_free_name(demo, bob):
 
 def test_what_the_request_names_is_used_and_not_reported_as_chosen(demo, bob):
     body = {"model": "Qwen/Qwen3-0.6B", "variant": "fp8", "cluster": "demo", "name": "mine"}
-    response = host(bob, **body)
+    response = host(bob, **body, accelerators_per_copy=0.5)
     assert response.status_code == 202
     assert response.json()["chosen"] == {}
+
+
+def test_a_size_left_out_is_the_smallest_usual_one_that_holds_a_copy_as_in_the_wizard(demo, bob):
+    # Qwen3-0.6B at its 40,960 tokens: 1.40 GiB of weights and 4.38 GiB of KV cache, within a
+    # quarter of an 80 GB GPU.
+    body = {"model": "Qwen/Qwen3-0.6B", "variant": "bf16", "cluster": "demo", "name": "small"}
+    response = host(bob, **body)
+    assert response.status_code == 202, response.content
+    assert response.json()["chosen"] == {
+        "accelerators_per_copy": {
+            "value": "0.25",
+            "why": "0.25: the smallest usual size that holds one copy with its context on demo.",
+        }
+    }
+    assert str(Deployment.objects.get(name="small").accelerators_per_copy) == "0.250"
+    # A longer model that needs more than a quarter gets the next usual size up.
+    bigger = host(bob, model="Qwen/Qwen3-8B", variant="bf16", cluster="demo", name="bigger")
+    assert bigger.json()["chosen"]["accelerators_per_copy"]["value"] == "0.333"
 
 
 # The README's rule: a value against a rule the OpenAPI document states (the name's pattern) is

@@ -7,6 +7,7 @@ import pytest
 
 from catalog.models import GatedAccess, Model
 from deployments import actions
+from deployments.choices import DeploymentState, ErrorCode
 from deployments.models import Deployment
 from tests import factories
 from tests.hub import safetensors_repo
@@ -67,3 +68,38 @@ def test_a_blue_token_without_access_is_refused_in_words(emulated_hub, models_di
     factories.add_member(carol, blue, "operator")
     with pytest.raises(actions.ActionRefused, match="token of team blue has no access to it"):
         host(blue, carol, variant, "blue-gated")
+
+
+def test_a_request_that_can_never_fit_is_refused_as_no_fit_before_the_offline_hub_is_asked(
+    monkeypatch, bob, red
+):
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens: the hub is offline
+    model = factories.make_model("acme/gated")  # 8 B parameters, 15.26 GiB of bf16 weights
+    Model.objects.filter(pk=model.pk).update(gated=True)
+    model.refresh_from_db()
+    variant = model.variants.get()
+    cluster = factories.make_cluster("small")
+
+    def host_sized(name, size):
+        return actions.host(
+            bob,
+            actions.HostRequest(
+                team=red, model=model, variant=variant, cluster=cluster, name=name,
+                accelerators_per_copy=size,
+            ),
+        )  # fmt: skip
+
+    # A quarter of an 80 GB GPU holds the weights but not their 40,960 tokens of context.
+    never = host_sized("quarter", "0.25")
+    assert never.state == DeploymentState.FAILED
+    assert never.last_error_code == ErrorCode.NO_FIT
+    assert never.last_message.startswith("Does not fit, even on the empty cluster: ")
+
+    # One that could fit asks the hub, which cannot answer: refused, saying so.
+    with pytest.raises(actions.ActionRefused) as refused:
+        host_sized("whole", "1")
+    assert refused.value.field == "model"
+    assert str(refused.value).startswith(
+        "acme/gated is gated, and Berth could not ask Hugging Face whether team red may use it: "
+    )
+    assert list(Deployment.objects.values_list("name", flat=True)) == ["quarter"]

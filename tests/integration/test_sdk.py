@@ -22,10 +22,13 @@ from berth_sdk import (
 )
 
 from catalog.models import Model
+from console import keys
 from deployments.choices import DeploymentState, ErrorCode
 from deployments.models import Deployment
 from deployments.placing import estimate
 from tests.integration.conftest import QWEN, Console
+from tests.integration.test_lifecycle import on_this_server, simulated_cluster
+from tests.processes import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(300)]
 
@@ -72,6 +75,29 @@ def test_deploy_model_waits_for_deployed_or_returns_at_once_and_logs_follow_a_ch
             # The engine logs the request it has just answered; the follower yields that line.
             line = wait_for_line(followed, lambda text: "/v1/chat/completions" in text)
         assert line.seq > last
+
+
+def test_two_models_hosted_with_defaults_share_one_gpu_and_both_answer(berth_console):
+    """The size left out is the smallest usual one that holds a copy with its whole context:
+    Qwen3-0.6B takes a quarter of the GPU and Qwen3-8B a third, side by side."""
+    simulated_cluster("one", gpus=1)
+    on_this_server(Model.objects.get(repo_id="Qwen/Qwen3-8B").variants.get(name="bf16"))
+    with berth_console.client() as client:
+        small = client.serving.host(repo_id=QWEN, cluster="one", chat_name="small")
+        large = client.serving.host(repo_id="Qwen/Qwen3-8B", cluster="one", chat_name="large")
+        assert small.chosen["accelerators_per_copy"].value == "0.25"
+        assert large.chosen["accelerators_per_copy"].value == "0.333"
+        for hosted in (small, large):
+            ready = client.serving.wait_deployment_ready(hosted.id, 120, POLL_S)
+            assert ready.state is DeploymentStatus.DEPLOYED
+        chat = client.openai()
+        for name in ("small", "large"):
+            reply = chat.chat.completions.create(
+                model=name, messages=[{"role": "user", "content": "Hello"}], max_tokens=8
+            )
+            assert reply.choices[0].message.content
+    placed = Deployment.objects.filter(cluster__name="one", state=DeploymentState.DEPLOYED)
+    assert placed.count() == 2
 
 
 @contextmanager
@@ -149,6 +175,46 @@ def test_failures_raise_what_the_seed_says_and_refusals_carry_the_field(berth_co
         with pytest.raises(BerthAPIError) as unknown_key:
             stranger.serving.get_deployment(stuck.pk)
         assert unknown_key.value.status_code == 401
+
+
+def test_retry_deployment_tries_a_failed_one_again_once_room_is_free(berth_console, bob):
+    with berth_console.client() as client:
+        holder = deploy(client, name="holder", copies=2, accelerators_per_copy=1)
+        with pytest.raises(DeploymentFailedError) as raised:  # both GPUs are the holder's
+            deploy(client, name="waiter", accelerators_per_copy=1)
+        waiter = raised.value.deployment_id
+        with pytest.raises(BerthAPIError) as started:
+            client.serving.start_deployment(waiter)
+        assert (started.value.status_code, started.value.message) == (
+            400,
+            "it failed: try it again with retry (Check now on its page), not start",
+        )
+        with BerthClient(base_url=berth_console.url, api_key=read_key(bob)) as reader:
+            with pytest.raises(BerthAPIError) as read_only:
+                reader.serving.retry_deployment(waiter)
+        assert read_only.value.status_code == 403
+
+        client.serving.stop_deployment(holder)
+        wait_for(lambda: state_of_pk(holder) == DeploymentState.STOPPED, 60, what="STOPPED")
+        retried = client.serving.retry_deployment("waiter")
+        assert (retried.id, retried.name) == (waiter, "waiter")
+        ready = client.serving.wait_deployment_ready(waiter, 120, POLL_S)
+        assert ready.state is DeploymentStatus.DEPLOYED
+
+        with pytest.raises(BerthAPIError) as again:
+            client.serving.retry_deployment(waiter)
+        assert (again.value.status_code, again.value.message) == (
+            400,
+            "only a failed deployment can be tried again; it is deployed",
+        )
+
+
+def read_key(user: object) -> str:
+    return keys.issue(user, "dashboard", "read")[1]
+
+
+def state_of_pk(pk: int) -> str:
+    return Deployment.objects.get(pk=pk).state
 
 
 def test_estimate_model_vram_is_the_consoles_estimate(berth_console):

@@ -1,4 +1,4 @@
-"""berth deploy, ls, status, logs, scale, autoscale, stop, start, delete."""
+"""berth deploy, ls, status, logs, scale, autoscale, stop, start, retry, delete."""
 
 from __future__ import annotations
 
@@ -176,7 +176,7 @@ def say_failure(out: Out, name: str, error: DeploymentFailedError) -> None:
     out.line(f"{name} is {error.status}: {code}")
     if error.last_error_message:
         out.line(error.last_error_message)
-    out.line(f"Its logs: berth logs {name}; after a fix: berth start {name}")
+    out.line(f"Its logs: berth logs {name}; after a fix: berth retry {name}")
 
 
 @cli.command(short_help="Host a model and follow it to DEPLOYED.")
@@ -185,7 +185,11 @@ def say_failure(out: Out, name: str, error: DeploymentFailedError) -> None:
 @click.option("--variant", help="e.g. bf16, fp8; left out: one that runs and fits")
 @click.option("--cluster", help="left out: the first cluster with room for a copy now")
 @click.option("--copies", type=int, default=1, show_default=True, help="how many copies run")
-@size_option("1", "accelerators per copy: a share (0.25, 0.5), 1, or whole GPUs (2, 4…)")
+@size_option(
+    None,
+    "accelerators per copy: a share (0.25, 0.5), 1, or whole GPUs (2, 4…); left out: the "
+    "smallest usual size that holds one copy with its context on the cluster",
+)
 @click.option("--chat-name", help="the name people pick in chat and at the gateway")
 @click.option(
     "--set",
@@ -224,7 +228,7 @@ def deploy(
     variant: str | None,
     cluster: str | None,
     copies: int,
-    size: Decimal,
+    size: Decimal | None,
     chat_name: str | None,
     settings: dict[str, Any],
     min_copies: int | None,
@@ -252,8 +256,9 @@ def deploy(
     )
     deployment = client.serving.get_deployment(hosted.id)
     if not out.json:
+        size_used = f"{deployment.accelerators_per_copy:g}"
         out.line(f"Hosting {deployment.name} (id {hosted.id}): {repo} {deployment.variant} on "
-                 f"{deployment.cluster}, {copies} × {size:g}")  # fmt: skip
+                 f"{deployment.cluster}, {copies} × {size_used}")  # fmt: skip
         say_chosen(out, hosted)
     if no_wait:
         if out.json:
@@ -451,6 +456,15 @@ def stop(app: App, name: str) -> None:
 def start(app: App, name: str) -> None:
     """Start a stopped deployment again."""
     said(app, app.client().serving.start_deployment(name), "Starting")
+
+
+@cli.command(short_help="Try a failed deployment again.")
+@NAME
+@output_option
+@click.pass_obj
+def retry(app: App, name: str) -> None:
+    """Try a FAILED deployment again from the start (`berth start` is for a stopped one)."""
+    said(app, app.client().serving.retry_deployment(name), "Retrying")
 
 
 @cli.command(short_help="Stop and remove a deployment.")

@@ -78,7 +78,11 @@ def estimate(app: App, repo: str, variant: str | None, context: int | None) -> N
 @cli.command(short_help="Whether copies fit on a cluster, and why not.")
 @click.argument("repo")
 @click.option("--cluster", required=True, help="the cluster's name")
-@size_option("1", "accelerators per copy: a share (0.25, 0.5), 1, or whole GPUs")
+@size_option(
+    None,
+    "accelerators per copy: a share (0.25, 0.5), 1, or whole GPUs; left out: the smallest "
+    "usual size that holds one copy with its context",
+)
 @click.option("--copies", type=int, default=1, show_default=True, help="how many copies")
 @click.option("--variant", help="left out: the first on this server, else the smallest")
 @click.option("--context", type=click.IntRange(min=1), help="the longest conversation, in tokens")
@@ -88,7 +92,7 @@ def fit(
     app: App,
     repo: str,
     cluster: str,
-    size: Decimal,
+    size: Decimal | None,
     copies: int,
     variant: str | None,
     context: int | None,
