@@ -40,10 +40,51 @@ HEALTH = "/health"
 PROMETHEUS = [(b"content-type", b"text/plain; version=0.0.4; charset=utf-8")]
 # Bodies bigger than this are parsed in a thread, so that the event loop keeps serving.
 PARSE_OFF_THE_LOOP_BYTES = 256 << 10
+# A request refused before its body is all read (413, 401, 404...) has this much more of it read
+# and thrown away before the answer goes out: a server that closes a connection on unread bytes
+# (a client's "Connection: close") makes the kernel reset it, and a client still sending never
+# reads the answer. Past this much the connection is dropped, so no one ties the gateway up.
+DISCARD_AT_MOST_BYTES = 64 << 20
 
 
 class ClientGone(Exception):
     """The client disconnected before its request was read."""
+
+
+class Body:
+    """The request's body, read once as it arrives; what a refusal leaves unread is discarded."""
+
+    def __init__(self, receive: Receive) -> None:
+        self.receive = receive
+        self.ended = False  # the last piece was read, or the client left
+
+    async def piece(self) -> bytes:
+        message = await self.receive()
+        if message["type"] == "http.disconnect":
+            self.ended = True
+            raise ClientGone()
+        self.ended = not message.get("more_body", False)
+        return bytes(message.get("body", b""))
+
+    async def read(self, limit: int) -> bytes:
+        """The whole body; over `limit` bytes, a 413 in words."""
+        chunks: list[bytes] = []
+        size = 0
+        while not self.ended:
+            chunk = await self.piece()
+            size += len(chunk)
+            if size > limit:
+                raise errors.body_too_large(limit)
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def discard(self, at_most: int = DISCARD_AT_MOST_BYTES) -> None:
+        """Read what is left and throw it away (up to `at_most` bytes), so that the answer to a
+        refused request reaches a client that sends its whole body before it reads."""
+        discarded = 0
+        with contextlib.suppress(ClientGone):
+            while not self.ended and discarded <= at_most:
+                discarded += len(await self.piece())
 
 
 async def application(scope: Scope, receive: Receive, send: Send) -> None:
@@ -57,18 +98,20 @@ async def application(scope: Scope, receive: Receive, send: Send) -> None:
     if scope["path"] == METRICS:  # also here, with what this gateway process itself counts
         await metrics(scope, receive, send, gateway_process=True)
         return
+    body = Body(receive)
     try:
-        prepared = await prepare(scope, receive)
+        prepared = await prepare(scope, body)
     except ClientGone:
         return
     if isinstance(prepared, Reply):
+        await body.discard()
         await send_reply(prepared, send)
         return
     # From here on the client may leave at any time, also while the copy is still silent.
     await until_disconnect(receive, serve(prepared, send))
 
 
-async def prepare(scope: Scope, receive: Receive) -> Call | Reply:
+async def prepare(scope: Scope, body: Body) -> Call | Reply:
     """The call to relay, or the reply that ends the request here (a GatewayError's body)."""
     path, method = scope["path"], scope["method"]
     try:
@@ -78,7 +121,7 @@ async def prepare(scope: Scope, receive: Receive) -> Call | Reply:
             return await service.current().models(caller)
         if not caller.may_chat:
             raise errors.read_key_cannot_chat()
-        return Call(path, await parsed(await read_body(receive)), caller)
+        return Call(path, await parsed(await body.read(conf.max_body_bytes())), caller)
     except GatewayError as error:
         return error_reply(error)
 
@@ -132,22 +175,6 @@ def header(scope: Scope, name: bytes) -> str:
         if key.lower() == name:
             return bytes(value).decode("latin-1")
     return ""
-
-
-async def read_body(receive: Receive) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ClientGone()
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > conf.max_body_bytes():
-            raise errors.body_too_large(conf.max_body_bytes())
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
 
 
 async def parsed(raw: bytes) -> dict[str, Any]:

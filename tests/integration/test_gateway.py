@@ -9,6 +9,7 @@ watcher. Every fixture kills what it started.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
@@ -18,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -1013,6 +1015,41 @@ def test_a_body_over_the_limit_gets_413_in_words(strict_gateway, bob):
     assert error_of(refused) == (
         "The request body is over 1 MiB, the gateway's limit (BERTH_GATEWAY_MAX_BODY_MIB): send "
         "a smaller one."
+    )
+
+
+def sent_whole(url: str, key: str, body: bytes) -> tuple[int, dict[str, object]]:
+    """POST the whole body with http.client, which reads the answer only once all is sent, on a
+    connection the client asks to close after it (as urllib and many others do): a server that
+    closes on unread bytes resets it, and this raises ConnectionResetError instead."""
+    where = urllib.parse.urlsplit(url)
+    connection = http.client.HTTPConnection(where.hostname, where.port, timeout=60)
+    headers = {"Authorization": f"Bearer {key}", "Connection": "close"}
+    try:
+        connection.request("POST", where.path, body=body, headers=headers)
+        answer = connection.getresponse()
+        return answer.status, json.loads(answer.read())
+    finally:
+        connection.close()
+
+
+def test_a_20_mib_body_gets_its_413_in_words_before_the_connection_closes(gateway_url, bob):
+    content = json.dumps(
+        {"model": "qwen", "messages": [{"role": "user", "content": "x" * (20 << 20)}]}
+    )
+    url = f"{gateway_url}/v1/chat/completions"
+    status, answer = sent_whole(url, key_for(bob), content.encode())
+    assert status == 413
+    assert answer["error"]["message"] == (
+        "The request body is over 8 MiB, the gateway's limit (BERTH_GATEWAY_MAX_BODY_MIB): send "
+        "a smaller one."
+    )
+    # Refused before any of the body is read, too: the words arrive all the same.
+    status, answer = sent_whole(url, "sk-not-a-key", content.encode())
+    assert (status, answer["error"]["message"]) == (
+        401,
+        "The API key is not valid: it was revoked, it expired, or it never existed. Create one "
+        "under API keys.",
     )
 
 
