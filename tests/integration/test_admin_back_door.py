@@ -82,13 +82,20 @@ def test_start_of_a_running_deployment_is_refused_in_words(staff, running):
 
 
 def test_what_a_deployment_uses_cannot_be_deleted_from_under_it(staff, running, red):
-    for url in (
-        f"/admin/console/team/{red.pk}/delete/",
-        f"/admin/clusters/cluster/{running.cluster_id}/delete/",
-        f"/admin/clusters/machine/{running.cluster.machines.first().pk}/delete/",
-    ):
+    machine = running.cluster.machines.first()
+    # Deleting each would take rows with it that nobody may delete in the admin (deployments,
+    # reservations): Django's "Cannot delete" page (a 200) lists those kinds, and deletes nothing.
+    for url, title, kinds in (
+        (f"/admin/console/team/{red.pk}/delete/", "Cannot delete team", {"deployment"}),
+        (f"/admin/clusters/cluster/{running.cluster_id}/delete/", "Cannot delete cluster",
+         {"deployment", "reservation"}),
+        (f"/admin/clusters/machine/{machine.pk}/delete/", "Cannot delete machine",
+         {"reservation"}),
+    ):  # fmt: skip
         page = staff.post(url, {"post": "yes"})
-        assert page.status_code in (200, 403), url  # Django's "cannot delete: protected" page
+        assert page.status_code == 200, url
+        assert page.context["title"] == title, url
+        assert set(page.context["perms_lacking"]) == kinds, url
     assert Team.objects.filter(pk=red.pk).exists()
     assert Cluster.objects.filter(pk=running.cluster_id).exists()
     assert Machine.objects.filter(cluster_id=running.cluster_id).exists()
