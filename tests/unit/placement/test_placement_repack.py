@@ -257,12 +257,15 @@ def test_fragmentation_counts_the_free_room_that_lies_in_pieces() -> None:
     inventory = cluster(h100_machine("m1", 3),
                         reservations=(held("m1", 0, 0.5, "a"), held("m1", 1, 0.5, "b")))  # fmt: skip
     [h100] = fragmentation(inventory)
-    gpu = inventory.machines[0].accelerators[0].memory_bytes
-    half_free = gpu - reserve("m1", 0, 0.5).bytes
-    assert h100.free_bytes == 2 * half_free + gpu
-    assert h100.largest_free_bytes == gpu  # the untouched GPU 2
-    assert h100.untouched_bytes == gpu
-    assert h100.percent == round(100 * 2 * half_free / (2 * half_free + gpu))
+    # An H100 here is round(79.2 × 2**30) = 85_040_352_461 bytes; half of one reserves
+    # int(0.5 × 85_040_352_461) = 42_520_176_230, leaving 42_520_176_231 on each of GPUs 0 and 1.
+    # Free: 2 × 42_520_176_231 + 85_040_352_461 (GPU 2) = 170_080_704_923, of which
+    # 85_040_352_462 lies in pieces: 50.0000000003 %, 50 rounded.
+    assert h100.product == "NVIDIA-H100-80GB-HBM3"
+    assert h100.free_bytes == 170_080_704_923
+    assert h100.largest_free_bytes == 85_040_352_461  # the untouched GPU 2
+    assert h100.untouched_bytes == 85_040_352_461
+    assert h100.percent == 50
     assert fragmentation(cluster(h100_machine("m1", 2)))[0].percent == 0
 
 
