@@ -3,7 +3,11 @@ model written and registered by `make_tiny_model`, and hosting through the REST 
 
 from __future__ import annotations
 
+import shutil
 import socket
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -32,20 +36,31 @@ def local_cluster(name: str = "local") -> Cluster:
     return cluster
 
 
+@contextmanager
+def engine_readable_folder() -> Iterator[Path]:
+    """A folder for models and engines' homes outside /tmp/pytest-of-<user>: a pytest run
+    started meanwhile (a developer's, beside CI) sets that folder back to 0700, and the
+    engine's own user could no longer enter it."""
+    folder = Path(tempfile.mkdtemp(prefix="berth-test-models-"))
+    folder.chmod(0o755)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def tiny_model(models_dir: Path, settings) -> None:
     settings.MODELS_DIR = models_dir
     call_command("make_tiny_model")
 
 
-def host_through_the_api(console_url: str, key: str, name: str, variant: str, **fields) -> int:
-    body = {
-        "model": TINY,
-        "variant": variant,
-        "cluster": "local",
-        "name": name,
-        "accelerators_per_copy": SHARE,
-        **fields,
-    }
+def host_through_the_api(
+    console_url: str, key: str, name: str, variant: str, size: str | None = SHARE, **fields
+) -> int:
+    """Host the tiny model's variant on `local`; a size of None leaves it to Berth."""
+    body = {"model": TINY, "variant": variant, "cluster": "local", "name": name, **fields}
+    if size is not None:
+        body["accelerators_per_copy"] = size
     answer = httpx.post(
         f"{console_url}/api/v1/deployments",
         json=body,

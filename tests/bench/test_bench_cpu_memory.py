@@ -18,8 +18,6 @@ weights are most of the budget.
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator
 from decimal import Decimal
@@ -37,7 +35,7 @@ from deployments import launching, placing
 from deployments.models import Copy
 from tests import factories
 from tests.conformance.harness import KEY
-from tests.real_engines import local_cluster, tiny_model
+from tests.real_engines import engine_readable_folder, local_cluster, tiny_model
 
 pytestmark = [pytest.mark.bench, pytest.mark.django_db, pytest.mark.timeout(400)]
 GIB = 1 << 30
@@ -78,13 +76,8 @@ def tiny_variant(name: str, tmp_path: Path, settings) -> Variant:
 
 @pytest.fixture
 def models_home() -> Iterator[Path]:
-    """The model's folder, outside /tmp/pytest-of-<user>: a pytest run started meanwhile (a
-    developer's, beside CI) sets that folder back to 0700, and the engine's own user could no
-    longer enter it."""
-    folder = Path(tempfile.mkdtemp(prefix="berth-bench-models-"))
-    folder.chmod(0o755)
-    yield folder
-    shutil.rmtree(folder, ignore_errors=True)
+    with engine_readable_folder() as folder:
+        yield folder
 
 
 @pytest.mark.parametrize(("name", "share"), MODELS)

@@ -26,6 +26,7 @@ from tests import factories
 from tests.e2e.test_navigation import log_in
 from tests.processes import console_processes, gateway_server, wait_for
 from tests.real_engines import (
+    engine_readable_folder,
     host_through_the_api,
     local_cluster,
     port_is_free,
@@ -69,15 +70,16 @@ def bob_and_key(transactional_db):
 
 
 @pytest.fixture
-def gateway(transactional_db, tmp_path, settings):
-    tiny_model(tmp_path / "models", settings)
-    local_cluster()
-    compiled = tmp_path / "vllm-cache"  # each run compiles afresh: nothing left from another
-    with (
-        console_processes(tmp_path, VLLM_CACHE_ROOT=str(compiled), BERTH_METRICS_EVERY_S="0.5"),
-        gateway_server(BERTH_GATEWAY_REFRESH_S="0.2") as url,
-    ):
-        yield url
+def gateway(transactional_db, settings):
+    with engine_readable_folder() as home:  # the engines' user reads the models, keeps its home
+        tiny_model(home / "models", settings)
+        local_cluster()
+        compiled = home / "vllm-cache"  # each run compiles afresh: nothing left from another
+        with (
+            console_processes(home, VLLM_CACHE_ROOT=str(compiled), BERTH_METRICS_EVERY_S="0.5"),
+            gateway_server(BERTH_GATEWAY_REFRESH_S="0.2") as url,
+        ):
+            yield url
 
 
 def deployed(pk: int) -> bool:
@@ -125,17 +127,32 @@ def engine_processes(pid: int) -> list[int]:
     return supervisor.group_members(pid)
 
 
-@pytest.mark.parametrize("engine", [VLLM, LLAMA_CPP], ids=["vllm-cpu", "llama-cpp"])
-def test_the_tiny_model_is_hosted_by_a_real_engine_answers_through_the_gateway_and_stops_clean(
-    engine, bob_and_key, gateway, console_url, page
+def test_the_tiny_models_two_engines_share_this_machine_answer_through_the_gateway_and_stop_clean(
+    bob_and_key, gateway, console_url, page
 ):
-    engine_programs().binary(engine.command)  # missing: fails here, saying to run make engines
+    """Both hosted at once with the size left out: each takes the smallest usual share that
+    holds it (a quarter of this machine), so both fit side by side, and both answer."""
     _bob, key = bob_and_key
+    hosted = []
+    for engine in (VLLM, LLAMA_CPP):
+        engine_programs().binary(engine.command)  # missing: fails here, saying to run make engines
+        name = f"tiny-{engine.variant}"
+        pk = host_through_the_api(
+            console_url, key, name, engine.variant, size=None, engine_settings=engine.settings
+        )
+        hosted.append((engine, pk))
+    for engine, pk in hosted:
+        wait_for(lambda pk=pk: deployed(pk), ENGINE_START_S, 1, f"tiny-{engine.variant} DEPLOYED")
+        assert str(Deployment.objects.get(pk=pk).accelerators_per_copy) == "0.250"
+    log_in(page, console_url, "bob")
+    for engine, pk in hosted:
+        serves_and_answers(engine, pk, key, gateway, console_url, page)
+    for engine, pk in hosted:
+        stops_clean(engine, pk, key, console_url)
+
+
+def serves_and_answers(engine: Engine, pk: int, key: str, gateway: str, console_url: str, page):
     name = f"tiny-{engine.variant}"
-    pk = host_through_the_api(
-        console_url, key, name, engine.variant, engine_settings=engine.settings
-    )
-    wait_for(lambda: deployed(pk), ENGINE_START_S, 1, f"{name} DEPLOYED")
     copy = Copy.objects.get(deployment_id=pk)
     assert engine_processes(copy.process_id)
 
@@ -156,7 +173,6 @@ def test_the_tiny_model_is_hosted_by_a_real_engine_answers_through_the_gateway_a
     # The watcher reads the engine's /metrics (llama.cpp guards it with the key too).
     wait_for(lambda: EngineFigures.objects.filter(deployment_id=pk).exists(), 30, 0.5, "figures")
 
-    log_in(page, console_url, "bob")
     page.goto(f"{console_url}/deployments/{pk}/logs/")
     page.locator("#log-lines tr", has_text=engine.start_up_line).first.wait_for(timeout=30_000)
 
@@ -167,12 +183,16 @@ def test_the_tiny_model_is_hosted_by_a_real_engine_answers_through_the_gateway_a
     page.goto(f"{console_url}/deployments/{pk}/")
     assert engine_key not in page.content()
 
+
+def stops_clean(engine: Engine, pk: int, key: str, console_url: str) -> None:
+    copy = Copy.objects.get(deployment_id=pk)
     stopped = httpx.post(
         f"{console_url}/api/v1/deployments/{pk}/stop",
         headers={"Authorization": f"Bearer {key}"},
         timeout=30,
     )
     assert stopped.status_code == 202, stopped.text
+    name = f"tiny-{engine.variant}"
     wait_for(lambda: state_of(pk) == DeploymentState.STOPPED, 60, 0.5, f"{name} STOPPED")
     assert engine_processes(copy.process_id) == []
     assert not answers_on(copy.socket_path)
