@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 
 
@@ -43,3 +44,97 @@ class MinuteFigures(models.Model):
 
     def __str__(self) -> str:
         return f"{self.deployment_name} at {self.minute:%Y-%m-%d %H:%M}: {self.requests} requests"
+
+
+class UsageRecord(models.Model):
+    """One request through the gateway: who asked (key, user, team), what served it and how much.
+
+    Written in batches by the gateway (gateway/usage.py), at most a second after the reply; kept
+    BERTH_USAGE_DAYS and rolled up per hour into UsageHour. Like MinuteFigures it outlives what it
+    names: a deleted key, user, team or deployment leaves its id empty and its name in place.
+    """
+
+    at = models.DateTimeField(help_text="when the request came in (UTC)")
+    api_key = models.ForeignKey(
+        "console.ApiKey", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    team = models.ForeignKey(
+        "console.Team", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    deployment = models.ForeignKey(
+        "deployments.Deployment",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="usage_records",
+    )
+    deployment_name = models.CharField(max_length=63)
+    copy_id = models.PositiveBigIntegerField(null=True, blank=True, help_text="the copy served it")
+    model = models.CharField(max_length=255, help_text="the model name the client asked for")
+    prompt_tokens = models.PositiveIntegerField(
+        null=True, blank=True, help_text="the engine's count; empty when it reported none"
+    )
+    completion_tokens = models.PositiveIntegerField(
+        default=0, help_text="the engine's count, else counted from the stream"
+    )
+    ttft_s = models.FloatField(null=True, blank=True, help_text="time to first token")
+    duration_s = models.FloatField()
+    status = models.PositiveSmallIntegerField(help_text="the HTTP status the client got")
+
+    class Meta:
+        ordering = ["-at"]
+        indexes = [
+            models.Index(fields=["team", "at"], name="usage_by_team"),
+            models.Index(fields=["api_key", "at"], name="usage_by_key"),
+            models.Index(fields=["user", "at"], name="usage_by_user"),
+            models.Index(fields=["deployment", "at"], name="usage_by_deployment"),
+            models.Index(fields=["at"], name="usage_by_time"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.model} at {self.at:%Y-%m-%d %H:%M:%S}: {self.status}"
+
+
+class UsageHour(models.Model):
+    """One hour of usage records summed per key, user, team and deployment (gateway/usage.py
+    rolls each finished hour up; the usage API reads these for whole hours)."""
+
+    hour = models.DateTimeField(help_text="start of the hour (UTC)")
+    api_key = models.ForeignKey(
+        "console.ApiKey", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    team = models.ForeignKey(
+        "console.Team", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    deployment = models.ForeignKey(
+        "deployments.Deployment",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="usage_hours",
+    )
+    deployment_name = models.CharField(max_length=63)
+    requests = models.PositiveIntegerField(default=0)
+    prompt_tokens = models.PositiveBigIntegerField(default=0)
+    completion_tokens = models.PositiveBigIntegerField(default=0)
+    ttft_sum_s = models.FloatField(default=0.0)
+    ttft_count = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["hour"]
+        indexes = [
+            models.Index(fields=["team", "hour"], name="usage_hour_by_team"),
+            models.Index(fields=["api_key", "hour"], name="usage_hour_by_key"),
+            models.Index(fields=["user", "hour"], name="usage_hour_by_user"),
+            models.Index(fields=["deployment", "hour"], name="usage_hour_by_deployment"),
+            models.Index(fields=["hour"], name="usage_hour_by_time"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.deployment_name} at {self.hour:%Y-%m-%d %H}h: {self.requests} requests"
