@@ -64,6 +64,12 @@ def chat(gateway: str, key: str) -> httpx.Response:
     return httpx.post(f"{gateway}/v1/chat/completions", json=body, headers=headers, timeout=60)
 
 
+def reserved_gpus(deployment) -> list[tuple[str, int]]:
+    """The GPUs Berth's plan reserved for the deployment's copies: (product, index), sorted."""
+    reserved = Reservation.objects.filter(copy__deployment=deployment)
+    return sorted(reserved.values_list("accelerator__product", "accelerator__index"))
+
+
 def described(deployment) -> str:
     """Where a deployment stands, for a failure's message."""
     now = Deployment.objects.get(pk=deployment.pk)
@@ -107,12 +113,13 @@ def test_copies_run_as_actors_on_the_planned_nodes_serve_through_the_gateway_and
             assert actor.state == "ALIVE"
             assert actor.node_id == copy.machine.labels["ray.io/node-id"]
             assert copy.port  # its relay, on the node's address
-        assert {
-            c.machine.accelerators.first().product for c in copies if c.deployment_id == pair.pk
-        } in (
-            {"H100"},
-            {"A100"},
-        )
+
+        # Binpack, in either order of the two plans: a half goes where it wastes least (half an
+        # A100, 20 GiB, before half an H100, 40 GiB; the first such GPU), the second half beside
+        # it on that GPU; the pair takes two whole GPUs of the machine with the fewest free (the
+        # H100 node's 2, to the A100 node's 3 or 4).
+        assert reserved_gpus(halves) == [("A100", 0), ("A100", 0)]
+        assert reserved_gpus(pair) == [("H100", 0), ("H100", 1)]
 
         # Chat through the gateway; the relay itself wants the engine key.
         reply = chat(gateway, key)
