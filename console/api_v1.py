@@ -37,6 +37,8 @@ from deployments.actions import ActionRefused
 from deployments.api import placement_router
 from deployments.api import router as deployments_router
 from deployments.transitions import IllegalTransition
+from gateway.quotas import QuotaRefused
+from gateway.quotas_api import router as quotas_router
 
 DESCRIPTION = """Host and watch LLMs on your GPU clusters.
 
@@ -135,6 +137,7 @@ api.add_router("", clusters_router)
 api.add_router("", keys_router)
 api.add_router("", me_router)
 api.add_router("", events_router)
+api.add_router("", quotas_router)
 
 
 def respond(request: HttpRequest, status: int, body: dict[str, str]) -> HttpResponse:
@@ -149,6 +152,11 @@ def key_refused(request: HttpRequest, error: keys.KeyRefused) -> HttpResponse:
 @api.exception_handler(FilterRefused)
 def filter_refused(request: HttpRequest, error: FilterRefused) -> HttpResponse:
     return respond(request, 400, error_body(error.message, error.field))
+
+
+@api.exception_handler(QuotaRefused)
+def quota_refused(request: HttpRequest, error: QuotaRefused) -> HttpResponse:
+    return respond(request, 422, error_body(error.message, error.field))
 
 
 @api.exception_handler(ActionRefused)

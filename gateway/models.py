@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.conf import settings
+from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db import models
 
 
@@ -138,3 +139,69 @@ class UsageHour(models.Model):
 
     def __str__(self) -> str:
         return f"{self.deployment_name} at {self.hour:%Y-%m-%d %H}h: {self.requests} requests"
+
+
+class Quota(models.Model):
+    """A limit on one API key, one team (all of its deployments' traffic) or one deployment,
+    held across every gateway process by counters in Redis (gateway/quotas.py). Each limit is
+    optional; a shadow quota only counts and reports the refusals it would have made."""
+
+    api_key = models.OneToOneField(
+        "console.ApiKey", on_delete=models.CASCADE, null=True, blank=True, related_name="quota"
+    )
+    team = models.OneToOneField(
+        "console.Team", on_delete=models.CASCADE, null=True, blank=True, related_name="quota"
+    )
+    deployment = models.OneToOneField(
+        "deployments.Deployment",
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="quota",
+    )
+    tokens_per_day = models.PositiveBigIntegerField(null=True, blank=True)
+    tokens_per_month = models.PositiveBigIntegerField(null=True, blank=True)
+    requests_per_minute = models.PositiveIntegerField(null=True, blank=True)
+    tokens_per_minute = models.PositiveBigIntegerField(null=True, blank=True)
+    shadow = models.BooleanField(
+        default=False, help_text="only count and report what it would refuse; never refuse"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    LIMITS = ("tokens_per_day", "tokens_per_month", "requests_per_minute", "tokens_per_minute")
+
+    class Meta:
+        ordering = ["pk"]
+        constraints = [
+            models.CheckConstraint(
+                condition=(
+                    models.Q(api_key__isnull=False, team__isnull=True, deployment__isnull=True)
+                    | models.Q(api_key__isnull=True, team__isnull=False, deployment__isnull=True)
+                    | models.Q(api_key__isnull=True, team__isnull=True, deployment__isnull=False)
+                ),
+                name="quota_names_one_subject",
+                violation_error_message=(
+                    "A quota names exactly one of an API key, a team or a deployment."
+                ),
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"quota {self.pk}"
+
+    def clean(self) -> None:
+        """The limits' rules of gateway/quotas.py, as forms and the admin check them (the one
+        subject is the constraint's)."""
+        from gateway.quotas import QuotaRefused, checked_limits
+
+        try:
+            checked_limits({name: getattr(self, name) for name in self.LIMITS})
+        except QuotaRefused as refused:
+            if refused.field in self.LIMITS:
+                raise ValidationError({refused.field: refused.message}) from None
+            raise ValidationError({NON_FIELD_ERRORS: str(refused)}) from None
+
+    def limits(self) -> dict[str, int]:
+        """The limits set, by field name."""
+        return {name: value for name in self.LIMITS if (value := getattr(self, name)) is not None}

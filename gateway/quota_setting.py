@@ -1,0 +1,90 @@
+"""Setting, listing and removing quotas: the one door the API (and the CLI through it) and the
+pages go through. Operators of a team may set quotas on the team, its deployments and their own
+API keys; platform admins on any. Team members see the quotas of their team and its
+deployments, everyone those of their own keys. The gateway reads the change with its next table
+(gateway/quotas.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.db.models import Q, QuerySet
+from django.http import Http404
+
+from console.access import can_operate_somewhere, is_platform_admin, operates_team, team_roles
+from console.models import ApiKey, Team
+from deployments.models import Deployment
+from gateway.models import Quota
+from gateway.quotas import QuotaRefused, check_one_subject, checked_limits, subject_words
+
+Subject = dict[str, Any]  # api_key, team or deployment: the row
+
+
+def subject_for(
+    user: Any, api_key: int | None = None, team: str | None = None, deployment: str | None = None
+) -> Subject:
+    """The one row a quota is to name, if the user may set quotas on it."""
+    check_one_subject(api_key, team, deployment)
+    if api_key:
+        key = ApiKey.objects.filter(pk=api_key).first()
+        if key is None or not (is_platform_admin(user) or key.user_id == user.pk):
+            raise Http404(f"api_key: no key {api_key} of yours; GET /api/v1/keys lists them.")
+        if not can_operate_somewhere(user):
+            raise PermissionDenied("Only operators of a team may set quotas on their keys.")
+        return {"api_key": key}
+    if team:
+        found = Team.objects.filter(name=team).first()
+        if found is None or not (is_platform_admin(user) or found.pk in team_roles(user)):
+            raise Http404(f"team: no team {team} of yours.")
+        if not operates_team(user, found.pk):
+            raise PermissionDenied(f"Only operators of team {team} may set its quota.")
+        return {"team": found}
+    hosted = Deployment.objects.filter(name=deployment).first()
+    if hosted is None or not (is_platform_admin(user) or hosted.team_id in team_roles(user)):
+        raise Http404(f"deployment: no deployment {deployment} in your teams.")
+    if not operates_team(user, hosted.team_id):
+        raise PermissionDenied(f"Only operators of team {hosted.team} may set quotas on it.")
+    return {"deployment": hosted}
+
+
+def set_quota(user: Any, subject: Subject, limits: dict[str, Any], shadow: bool = False) -> Quota:
+    """The subject's quota, made or replaced with these limits (those left out: none)."""
+    checked = checked_limits(limits)
+    if not isinstance(shadow, bool):
+        raise QuotaRefused(f"shadow: must be true or false, not {shadow!r}", "shadow")
+    with transaction.atomic():
+        quota, _made = Quota.objects.update_or_create(
+            **subject, defaults={**checked, "shadow": shadow}
+        )
+    return quota
+
+
+def visible_quotas(user: Any) -> QuerySet[Quota]:
+    quotas = Quota.objects.select_related("api_key", "team", "deployment")
+    if is_platform_admin(user):
+        return quotas
+    teams = list(team_roles(user))
+    return quotas.filter(Q(api_key__user=user) | Q(team__in=teams) | Q(deployment__team__in=teams))
+
+
+def may_change(user: Any, quota: Quota) -> bool:
+    if is_platform_admin(user):
+        return True
+    if quota.api_key_id:
+        return quota.api_key.user_id == user.pk and can_operate_somewhere(user)
+    team_id = quota.team_id or quota.deployment.team_id
+    return operates_team(user, team_id)
+
+
+def remove_quota(user: Any, quota_id: int) -> str:
+    """Remove a quota the user may change; what it limited, in words."""
+    quota = visible_quotas(user).filter(pk=quota_id).first()
+    if quota is None:
+        raise Http404(f"No quota {quota_id} you can see; GET /api/v1/quotas lists them.")
+    if not may_change(user, quota):
+        raise PermissionDenied(f"Your role does not let you remove {subject_words(quota)}'s quota.")
+    words = subject_words(quota)
+    quota.delete()
+    return words
