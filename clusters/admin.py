@@ -6,7 +6,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from clusters.backends.ray.dashboard import RayCheck
-from clusters.models import Accelerator, Cluster, ClusterKind, Machine
+from clusters.models import Accelerator, Cluster, ClusterKind, Machine, Price
 from console import audit
 
 
@@ -225,3 +225,12 @@ class AcceleratorAdmin(admin.ModelAdmin):
     list_filter = ["vendor", "hardware_class", "sharing_class", "present", "machine__cluster"]
     search_fields = ["product", "uuid", "machine__name"]
     raw_id_fields = ["machine", "parent"]
+
+
+@admin.register(Price)
+class PriceAdmin(admin.ModelAdmin):
+    """What an hour of a GPU of one product, or of a CPU core, costs (gateway/cost.py)."""
+
+    list_display = ["__str__", "unit", "product", "per_hour", "currency", "updated_at"]
+    list_filter = ["unit"]
+    search_fields = ["product"]

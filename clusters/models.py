@@ -306,3 +306,90 @@ class Accelerator(models.Model):
     def is_cpu(self) -> bool:
         """A CPU machine's one accelerator (its memory less the reserve), not a GPU."""
         return self.vendor == Vendor.CPU
+
+
+class PriceUnit(models.TextChoices):
+    GPU_HOUR = "gpu_hour", "per GPU-hour of one product"
+    CORE_HOUR = "core_hour", "per CPU core-hour (every CPU machine)"
+
+
+CURRENCY = re.compile(r"^[A-Z]{3}$")
+
+
+def products_here() -> list[str]:
+    """The GPU products some cluster's accelerators carry (CPU machines are priced per core)."""
+    gpus = Accelerator.objects.exclude(vendor=Vendor.CPU).filter(parent__isnull=True)
+    return sorted(set(gpus.values_list("product", flat=True)))
+
+
+class Price(models.Model):
+    """What the admin says an hour costs: of one GPU of a product, or of one CPU core.
+
+    Cost accrues from the room copies held at these prices (gateway/cost.py); one currency for
+    the install.
+    """
+
+    unit = models.CharField(max_length=16, choices=PriceUnit.choices, default=PriceUnit.GPU_HOUR)
+    product = models.CharField(
+        max_length=100,
+        blank=True,
+        help_text="the GPU product as its accelerators carry it, e.g. NVIDIA-H100-80GB-HBM3; "
+        "blank for the CPU core-hour",
+    )
+    per_hour = models.DecimalField(max_digits=12, decimal_places=4)
+    currency = models.CharField(max_length=3, default="USD")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["unit", "product"]
+        constraints = [
+            models.UniqueConstraint(fields=["unit", "product"], name="one_price_per_product"),
+            models.CheckConstraint(condition=models.Q(per_hour__gte=0), name="price_not_negative"),
+        ]
+
+    def __str__(self) -> str:
+        what = self.product if self.unit == PriceUnit.GPU_HOUR else "CPU core"
+        return f"{what}: {self.per_hour} {self.currency} per hour"
+
+    def clean(self) -> None:
+        self.product = self.product.strip()
+        self.currency = self.currency.strip().upper()
+        problems = {
+            "per_hour": self.per_hour_problem(),
+            "product": self.product_problem(),
+            "currency": self.currency_problem(),
+        }
+        found = {field: words for field, words in problems.items() if words}
+        if found:
+            raise ValidationError(found)
+
+    def per_hour_problem(self) -> str | None:
+        if self.per_hour is not None and self.per_hour < 0:
+            return f"a price cannot be negative ({self.per_hour}): give 0 or more, e.g. 2.00"
+        return None
+
+    def product_problem(self) -> str | None:
+        if self.unit == PriceUnit.CORE_HOUR:
+            return (
+                "leave the product blank: the core-hour price holds for every CPU machine"
+                if (self.product)
+                else None
+            )
+        products = products_here()
+        if not self.product:
+            return f"name the GPU product; products here: {', '.join(products) or 'none yet'}"
+        if self.product not in products:
+            return (
+                f"no cluster has an accelerator {self.product}; products here: "
+                f"{', '.join(products) or 'none yet'}"
+            )
+        return None
+
+    def currency_problem(self) -> str | None:
+        if not CURRENCY.match(self.currency):
+            return f"{self.currency!r} is not a currency code: three letters, e.g. USD"
+        others = Price.objects.exclude(pk=self.pk).exclude(currency=self.currency)
+        other = others.values_list("currency", flat=True).first()
+        if other:
+            return f"prices here are in {other}: give this one in {other} too (one currency)"
+        return None

@@ -44,6 +44,7 @@ from deployments.engine.settings import CATALOG as ENGINE_SETTINGS
 from deployments.forms import DeploymentFilter, LogFilter
 from deployments.models import Copy, Deployment, LogLine, Reservation
 from deployments.placing import estimate, fit_check, fit_check_with_moves, placement_request
+from gateway import cost
 from placement.repack import Move
 from placement.words import in_gib
 
@@ -95,6 +96,15 @@ class AutoscalingOut(Schema):
     idle_minutes: int | None
 
 
+class CostOut(Schema):
+    currency: str
+    today: float = Field(description="the cost of the room its copies held today (UTC)")
+    total: float = Field(description="since its first copy was placed")
+    tokens: int = Field(description="prompt and completion tokens it served")
+    per_million_tokens: float | None = Field(description="total ÷ tokens × 1e6; null: no tokens")
+    unpriced: list[str] = Field(description="what it held that has no price yet (counted as 0)")
+
+
 class DeploymentOut(Schema):
     id: int
     name: str
@@ -125,6 +135,7 @@ class DeploymentOut(Schema):
     make_room: bool = Field(
         description="true: copies of other deployments may be moved to make room for its own"
     )
+    cost: CostOut = Field(description="at the admin's prices: GPUs held × hours × price per hour")
 
 
 class MachineFilesOut(Schema):
@@ -304,7 +315,26 @@ def copy_out(copy: Copy, topology: str) -> dict[str, Any]:
     }
 
 
-def deployment_out(deployment: Deployment) -> dict[str, Any]:
+def cost_out(spent: cost.DeploymentCost) -> dict[str, Any]:
+    per_million = spent.per_million_tokens
+    return {
+        "currency": spent.currency,
+        "today": round(float(spent.today), 4),
+        "total": round(float(spent.total), 4),
+        "tokens": spent.tokens,
+        "per_million_tokens": None if per_million is None else round(float(per_million), 4),
+        "unpriced": list(spent.unpriced),
+    }
+
+
+def deployments_out(deployments: Iterable[Deployment]) -> list[dict[str, Any]]:
+    """Each deployment as the API shows it, their costs read together (gateway/cost.py)."""
+    rows = list(deployments)
+    costs = cost.deployment_costs([d.pk for d in rows])
+    return [deployment_out(d, costs[d.pk]) for d in rows]
+
+
+def deployment_out(deployment: Deployment, spent: cost.DeploymentCost) -> dict[str, Any]:
     copies = list(deployment.copies.all())
     topology = deployment.cluster.topology
     return {
@@ -335,6 +365,7 @@ def deployment_out(deployment: Deployment) -> dict[str, Any]:
         "autoscaling": deployment.autoscaling,
         "movable": deployment.movable,
         "make_room": deployment.make_room,
+        "cost": cost_out(spent),
     }
 
 
@@ -352,7 +383,7 @@ def with_copies(deployments: Any) -> Any:
 
 
 def shown(user: Any, pk: int) -> dict[str, Any]:
-    return deployment_out(with_copies(visible_deployments(user)).get(pk=pk))
+    return deployments_out([with_copies(visible_deployments(user)).get(pk=pk)])[0]
 
 
 # --- deployments ---------------------------------------------------------------------------
@@ -373,7 +404,7 @@ def list_deployments(request: HttpRequest) -> dict[str, Any]:
     state, model, cluster, team; "-" first reverses), ?limit= (1 to 200, 50) and ?cursor=."""
     filters = DeploymentFilter(request.GET)
     page = filters.page(with_copies(filters.strictly(visible_deployments(request.user))))
-    return {"items": [deployment_out(d) for d in page.rows], "next_cursor": page.next_cursor}
+    return {"items": deployments_out(page.rows), "next_cursor": page.next_cursor}
 
 
 class LogLineOut(Schema):

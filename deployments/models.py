@@ -9,6 +9,9 @@ from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models.functions import Floor
+from django.db.models.signals import post_delete
+from django.dispatch import receiver
+from django.utils import timezone
 
 from catalog.models import Engine, Model, Variant
 from clusters.models import Accelerator, Cluster, HardwareClass, Machine
@@ -216,6 +219,89 @@ class Reservation(models.Model):
 
     def __str__(self) -> str:
         return f"{self.copy} holds {self.reserved_bytes} B on {self.accelerator or self.machine}"
+
+
+class HeldRoom(models.Model):
+    """What one reservation held and from when to when, kept after the reservation is given
+    back and its copy or deployment deleted: the history cost accrues from (gateway/cost.py).
+
+    Written beside each Reservation (record_held); closed when the reservation row goes,
+    whichever way it goes (a stop, a sweep, a deletion cascading from its copy or deployment).
+    """
+
+    reservation_id = models.PositiveBigIntegerField(db_index=True)
+    deployment = models.ForeignKey(
+        Deployment, on_delete=models.SET_NULL, null=True, blank=True, related_name="held_rooms"
+    )
+    deployment_name = models.CharField(max_length=63)
+    team = models.ForeignKey(
+        Team, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    copy_ordinal = models.PositiveIntegerField()
+    # The priced product (a MIG slice: its GPU's) and vendor, as they were when it was held.
+    product = models.CharField(max_length=100, blank=True)
+    vendor = models.CharField(max_length=8, blank=True)
+    # GPUs held: the reservation's share of its GPU (a MIG slice: that share of the slice's part
+    # of its GPU). CPU cores held: the share of its machine's cores. One of the two is 0.
+    gpus = models.DecimalField(max_digits=8, decimal_places=4, default=Decimal(0))
+    cores = models.DecimalField(max_digits=10, decimal_places=4, default=Decimal(0))
+    held_from = models.DateTimeField()
+    held_until = models.DateTimeField(null=True, blank=True, help_text="empty: still held")
+
+    class Meta:
+        ordering = ["held_from", "id"]
+        indexes = [
+            models.Index(fields=["deployment", "held_from"], name="held_room_by_deployment"),
+            models.Index(fields=["team", "held_from"], name="held_room_by_team"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.deployment_name} copy {self.copy_ordinal} held {self.gpus or self.cores}"
+
+
+def held_size(accelerator: Accelerator | None, machine: Machine, share: Decimal) -> dict[str, Any]:
+    """What a reservation of `share` holds, in the units it is priced in."""
+    if accelerator is None:  # Kubernetes before the device plugin's choice: a whole GPU's share
+        return {"product": "", "vendor": "", "gpus": share, "cores": Decimal(0)}
+    if accelerator.is_cpu:
+        cores = (share * machine.cpu_count).quantize(Decimal("0.0001"))
+        return {"product": "", "vendor": accelerator.vendor, "gpus": Decimal(0), "cores": cores}
+    gpus = share
+    gpu = accelerator.parent if accelerator.parent_id else accelerator
+    if accelerator.parent_id and gpu.memory_bytes:
+        gpus = (share * accelerator.memory_bytes / gpu.memory_bytes).quantize(Decimal("0.0001"))
+    return {"product": gpu.product, "vendor": gpu.vendor, "gpus": gpus, "cores": Decimal(0)}
+
+
+def record_held(reservations: list[Reservation]) -> None:
+    """A HeldRoom for each reservation just written (they have their ids), in one insert."""
+    copies = Copy.objects.filter(pk__in={r.copy_id for r in reservations}).select_related(
+        "deployment"
+    )
+    by_copy = {copy.pk: copy for copy in copies}
+    ids = {r.accelerator_id for r in reservations if r.accelerator_id}
+    accelerators = Accelerator.objects.select_related("parent").in_bulk(ids)
+    machines = Machine.objects.in_bulk({r.machine_id for r in reservations})
+    HeldRoom.objects.bulk_create(
+        HeldRoom(
+            reservation_id=r.pk,
+            deployment=by_copy[r.copy_id].deployment,
+            deployment_name=by_copy[r.copy_id].deployment.name,
+            team_id=by_copy[r.copy_id].deployment.team_id,
+            copy_ordinal=by_copy[r.copy_id].ordinal,
+            held_from=r.created_at,
+            **held_size(accelerators.get(r.accelerator_id), machines[r.machine_id], r.share),
+        )
+        for r in reservations
+    )
+
+
+@receiver(post_delete, sender=Reservation)
+def close_held(sender: Any, instance: Reservation, **kwargs: Any) -> None:
+    """A reservation given back (however its row went) ends the room it held."""
+    HeldRoom.objects.filter(reservation_id=instance.pk, held_until__isnull=True).update(
+        held_until=timezone.now()
+    )
 
 
 class CopyMove(models.Model):

@@ -19,7 +19,7 @@ import placement
 from catalog.facts import engine_settings, model_facts
 from catalog.models import Model, Variant
 from clusters.models import Accelerator, Cluster, Machine
-from deployments.models import Copy, Deployment, Reservation
+from deployments.models import Copy, Deployment, Reservation, record_held
 from deployments.snapshot import inventory_for
 from placement.repack import Repack, plan_with_moves
 
@@ -130,10 +130,13 @@ def accelerator_rows(cluster: Cluster, placed: placement.Placement) -> list[Acce
 
 def write_reservation(cluster: Cluster, copy: Copy, placed: placement.Placement) -> None:
     machine = Machine.objects.get(cluster=cluster, name=placed.machine)
-    for gpu in accelerator_rows(cluster, placed):
+    held = [
         Reservation.objects.create(
             copy=copy, machine=machine, accelerator=gpu, **reservation_size(placed)
         )
+        for gpu in accelerator_rows(cluster, placed)
+    ]
+    record_held(held)
     Copy.objects.filter(pk=copy.pk).update(**copy_fields(placed, machine))
 
 

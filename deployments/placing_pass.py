@@ -29,7 +29,7 @@ from deployments.choices import (
     CopyState,
     DeploymentState,
 )
-from deployments.models import Copy, Deployment, Reservation
+from deployments.models import Copy, Deployment, Reservation, record_held
 from deployments.placing import (
     copy_fields,
     engine_vendor,
@@ -193,7 +193,7 @@ def write(cluster: Cluster, planned: list[Planned]) -> None:
         moves.append(
             transitions.Move(copy.pk, CopyState.COPYING_FILES, placed_words(placed), fields)
         )
-    Reservation.objects.bulk_create(reservations)
+    record_held(Reservation.objects.bulk_create(reservations))
     transitions.move_copies(moves)
     for copy in copies:
         lifecycle.enqueue("prepare_copy", copy.pk)

@@ -19,6 +19,7 @@ from deployments.choices import DEPLOYMENT_GROUPS, CopyState, DeploymentState
 from deployments.forms import AutoscalingForm, BulkForm, DeploymentFilter
 from deployments.models import Deployment
 from deployments.views import partials
+from gateway import cost
 
 # The headings of the list's table (templates/partials/list_table.html), each with the order
 # it sorts by (DeploymentFilter.orders), or none.
@@ -62,6 +63,7 @@ def deployment_detail(request: HttpRequest, pk: int) -> HttpResponse:
         **partials.engine_figures(deployment.pk),
         **partials.autoscaling_panel(deployment),
         "events": deployment.events.select_related("actor")[:50],
+        "cost": cost.deployment_costs([deployment.pk])[deployment.pk],
     }
     return render(request, "deployments/detail.html", context)
 
