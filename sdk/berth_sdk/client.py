@@ -24,6 +24,7 @@ from berth_sdk._http import AsyncTransport, RetryPolicy, Transport
 from berth_sdk.catalog import AsyncModels, Models
 from berth_sdk.clusters import AsyncClusters, Clusters
 from berth_sdk.errors import BerthError
+from berth_sdk.quotas import AsyncQuotas, Quotas
 from berth_sdk.results import Identity
 from berth_sdk.serving import AsyncServing, Serving
 
@@ -59,7 +60,7 @@ def openai_module() -> Any:
 
 class BerthClient:
     """The console's API: `serving` (deployments, estimates, fit checks), `models` (the
-    catalog), `clusters`, `me()`, and `openai()` for the gateway.
+    catalog), `clusters`, `quotas`, `me()`, and `openai()` for the gateway.
 
     `timeout` is each request's limit in seconds (or an httpx.Timeout); safe requests are
     retried up to `max_retries` times on connection errors, timeouts, 502, 503 and 429.
@@ -86,6 +87,7 @@ class BerthClient:
         self.models = Models(self._transport)
         self.clusters = Clusters(self._transport)
         self.serving = Serving(self._transport, self.models, self.clusters)
+        self.quotas = Quotas(self._transport)
 
     def __repr__(self) -> str:
         return f"BerthClient(base_url={self.base_url!r})"  # never the key
@@ -148,6 +150,7 @@ class AsyncBerthClient:
         self.models = AsyncModels(self._transport)
         self.clusters = AsyncClusters(self._transport)
         self.serving = AsyncServing(self._transport, self.models, self.clusters)
+        self.quotas = AsyncQuotas(self._transport)
 
     def __repr__(self) -> str:
         return f"AsyncBerthClient(base_url={self.base_url!r})"
