@@ -682,10 +682,14 @@ def test_a_fit_check_says_why_copies_do_not_fit(demo, bob):
         },
     )
     fit = response.json()
-    assert fit["fit_now"] < 40
+    # A 17.95 GiB copy of one accelerator fits each of the 8 H100s, each of the 2 time-sliced L4s
+    # (0.8 x 22.49 GiB = 17.99 GiB) and the H200's 3g.71gb and 2g.35gb slices: 12. What is left
+    # is the H200's two 1g.18gb slices, 16 GiB each: too little room, not too few GPUs.
+    assert fit["fit_now"] == 12
     assert len(fit["placed"]) + len(fit["not_placed"]) == 40
-    assert fit["not_placed"][0]["reason"] in {"insufficient_capacity", "insufficient_gpu_count"}
-    assert fit["not_placed"][0]["message"]
+    assert {refused["reason"] for refused in fit["not_placed"]} == {"insufficient_capacity"}
+    message = fit["not_placed"][0]["message"]
+    assert "the most free on any suitable accelerator now is 16.00 GiB (h200-mig GPU 0)" in message
 
 
 @pytest.mark.parametrize(
