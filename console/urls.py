@@ -95,6 +95,7 @@ urlpatterns = [
     path("models/", include("catalog.urls")),
     path("clusters/", include("clusters.urls")),
     path("chat/", include("gateway.urls")),
+    path("quotas/", include("gateway.quota_urls")),
     path("api/v1/", api_v1.api.urls),
     path("admin/", admin.site.urls),
 ]

@@ -16,6 +16,7 @@ from django.http import Http404
 from console.access import can_operate_somewhere, is_platform_admin, operates_team, team_roles
 from console.models import ApiKey, Team
 from deployments.models import Deployment
+from gateway import quotas
 from gateway.models import Quota
 from gateway.quotas import QuotaRefused, check_one_subject, checked_limits, subject_words
 
@@ -88,3 +89,56 @@ def remove_quota(user: Any, quota_id: int) -> str:
     words = subject_words(quota)
     quota.delete()
     return words
+
+
+# ---------------------------------------------------------------- the pages' view of them
+
+
+def shown(user: Any, found: QuerySet[Quota]) -> list[dict[str, Any]]:
+    """Quotas as the keys and team pages show them: words, what is used, who may remove."""
+    rows = []
+    for quota in found:
+        use = quotas.standing(quota)
+        used = ", ".join(
+            f"{figures['used']:,} {quotas.LIMIT_WORDS[name]}"
+            + (f" ({figures['shadow_refusals']:,} would have been refused)" if quota.shadow else "")
+            for name, figures in use.items()
+        )
+        rows.append(
+            {
+                "id": quota.pk,
+                "subject": subject_words(quota),
+                "limits": quotas.limits_words(quota),
+                "used": used or "not known just now",
+                "may_change": may_change(user, quota),
+            }
+        )
+    return rows
+
+
+def key_subjects(user: Any) -> list[tuple[str, str]]:
+    """The keys a user may set quotas on, as the keys page's form offers them."""
+    if not can_operate_somewhere(user):
+        return []
+    keys = ApiKey.objects.filter(user=user, revoked_at__isnull=True).order_by("name")
+    return [(f"api_key:{key.pk}", f'API key "{key.name}"') for key in keys]
+
+
+def team_subjects(user: Any, team: Team) -> list[tuple[str, str]]:
+    """The team and its deployments, as the team page's form offers them to its operators."""
+    if not operates_team(user, team.pk):
+        return []
+    hosted = team.deployments.order_by("name").values_list("name", flat=True)
+    return [(f"team:{team.name}", f"team {team.name}")] + [
+        (f"deployment:{name}", f"deployment {name}") for name in hosted
+    ]
+
+
+def subject_from_form(user: Any, value: str) -> Subject:
+    """A form's "kind:name" choice (api_key:12, team:red, deployment:red-qwen)."""
+    kind, _, name = value.partition(":")
+    if kind == "api_key" and name.isdigit():
+        return subject_for(user, api_key=int(name))
+    if kind in ("team", "deployment") and name:
+        return subject_for(user, **{kind: name})
+    raise QuotaRefused("choose the key, team or deployment the quota is on", "subject")

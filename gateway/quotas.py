@@ -124,6 +124,12 @@ def subject_words(quota: Any) -> str:
     return f"deployment {quota.deployment.name}"
 
 
+def limits_words(quota: Any) -> str:
+    """e.g. "1,000 tokens per day, 30 requests per minute" (and "shadow: counts only")."""
+    words = ", ".join(f"{value:,} {LIMIT_WORDS[name]}" for name, value in quota.limits().items())
+    return f"{words} (shadow: counts only)" if quota.shadow else words
+
+
 # ---------------------------------------------------------------- definitions, as cached
 
 
