@@ -37,9 +37,10 @@ from deployments.actions import ActionRefused
 from deployments.api import placement_router
 from deployments.api import router as deployments_router
 from deployments.transitions import IllegalTransition
-from gateway.cost_api import router as cost_router
 from gateway.quotas import QuotaRefused
 from gateway.quotas_api import router as quotas_router
+from gateway.api import router as usage_router
+from gateway.cost_api import router as cost_router
 
 DESCRIPTION = """Host and watch LLMs on your GPU clusters.
 
@@ -138,8 +139,9 @@ api.add_router("", clusters_router)
 api.add_router("", keys_router)
 api.add_router("", me_router)
 api.add_router("", events_router)
-api.add_router("", cost_router)
 api.add_router("", quotas_router)
+api.add_router("", cost_router)
+api.add_router("", usage_router)
 
 
 def respond(request: HttpRequest, status: int, body: dict[str, str]) -> HttpResponse:

@@ -166,6 +166,9 @@ CELERY_BEAT_SCHEDULE = {
         "task": "deployments.tasks.deliver_due_notifications",
         "schedule": float(RECONCILE_EVERY_S),
     },
+    # The gateway's usage records (gateway/usage.py): finished hours summed, old ones deleted.
+    "roll-up-usage": {"task": "gateway.tasks.roll_up_usage", "schedule": 300.0},
+    "prune-usage": {"task": "gateway.tasks.prune_usage", "schedule": 3600.0},
     "refresh-inventories": {
         "task": "clusters.tasks.refresh_all_inventories",
         "schedule": float(env_int("BERTH_REFRESH_EVERY_S", 30, low=1, high=86400)),
@@ -297,6 +300,8 @@ GATEWAY_KEY_CONCURRENT = env_int("BERTH_GATEWAY_KEY_CONCURRENT", 256, low=1, hig
 GATEWAY_KEY_PER_MINUTE = env_int("BERTH_GATEWAY_KEY_PER_MINUTE", 6000, low=1, high=10_000_000)
 # Requests one gateway process holds for an idle deployment while it wakes (more: 503).
 GATEWAY_WAKE_HOLD = env_int("BERTH_GATEWAY_WAKE_HOLD", 100, low=1, high=100_000)
+# Usage records (gateway/usage.py) are kept this many days, then deleted with their hours.
+USAGE_DAYS = env_int("BERTH_USAGE_DAYS", 400, low=1, high=100_000)
 
 LOGGING = {
     "version": 1,

@@ -23,6 +23,7 @@ from gateway.errors import GatewayError
 from gateway.figures import Outcome
 from gateway.keys import Caller
 from gateway.reassemble import Reassembly
+from gateway.usage import UsageEntry
 
 if TYPE_CHECKING:
     from gateway.service import Gateway
@@ -98,6 +99,8 @@ class Flight:
         self.last_at: float | None = None
         self.chunks = 0
         self.usage_tokens: int | None = None
+        self.prompt_tokens: int | None = None  # the engine's, when it reports usage
+        self.status = 200  # what the client gets (usage records)
         self.tail = b""
         self.failed = self.timed_out = self.ended = self.finished = False
         hub.picker.start(upstream)
@@ -117,10 +120,12 @@ class Flight:
                 held = await self.to_first_token()
         except TimeoutError:
             self.failed = self.timed_out = True
+            self.status = 504
             await self.finish()
             raise errors.reply_wait_passed(self.route.reply_wait_s) from None
         except UPSTREAM_FAILED as error:
             self.failed = True
+            self.status = 502
             await self.finish()
             why = f"The model's copy failed before it replied: {error!r}."
             raise GatewayError(502, why) from error
@@ -169,6 +174,9 @@ class Flight:
                     self.first_token_at = self.last_at = time.monotonic()
                     self.chunks = sse.count_chunks(held) - skipped - index
                     self.tail = bytes(held[-32:])
+                    usage = sse.usage_of(bytes(held))  # a short reply may come in one read
+                    if usage is not None:
+                        self.take_usage(usage)
                     return bytes(held)
             skipped += len(payloads)
         raise aiohttp.ClientPayloadError("the copy closed the stream before its first token")
@@ -177,6 +185,7 @@ class Flight:
         """The engine's own error response, unchanged."""
         body = await response.read()
         self.failed = response.status >= 500
+        self.status = response.status
         await self.finish()
         return Reply(response.status, content_type(response), body)
 
@@ -202,9 +211,15 @@ class Flight:
     def count(self, piece: bytes) -> None:
         self.chunks += sse.count_chunks(piece)
         self.tail = (self.tail + piece)[-32:]
-        usage = sse.usage_in(piece)
+        usage = sse.usage_of(piece)
         if usage is not None:
-            self.usage_tokens = usage
+            self.take_usage(usage)
+
+    def take_usage(self, usage: dict[str, Any]) -> None:
+        if isinstance(usage.get("completion_tokens"), int):
+            self.usage_tokens = usage["completion_tokens"]
+        if isinstance(usage.get("prompt_tokens"), int):
+            self.prompt_tokens = usage["prompt_tokens"]
 
     def end(self) -> None:
         self.ended = True
@@ -225,6 +240,10 @@ class Flight:
                     break
                 pending += piece
         finally:
+            if reassembly.error is not None:
+                self.status = reassembly.error_status()
+            elif self.failed:
+                self.status = 502
             await self.finish()
         self.usage_tokens = reassembly.completion_tokens()
         if reassembly.error is not None:
@@ -243,6 +262,7 @@ class Flight:
         self.hub.picker.done(self.upstream)
         if record:
             self.hub.figures.record(self.outcome())
+            self.hub.usage.add(self.usage_entry())
         if self.response is not None:
             # Read to the end, the connection goes back to the pool; otherwise closing it is
             # what cancels the request at the copy.
@@ -265,6 +285,27 @@ class Flight:
             latency_s=now - self.call.started if completed else None,
             tokens=generated if first is not None else 0,
             generation_s=(self.last_at or now) - first if first is not None else 0.0,
+        )
+
+    def usage_entry(self) -> UsageEntry:
+        """This request's usage record (gateway/usage.py), with the tokens the figures count."""
+        took_s = time.monotonic() - self.call.started
+        outcome = self.outcome()
+        caller = self.call.caller
+        return UsageEntry(
+            at=time.time() - took_s,
+            key_id=caller.key_id or None,
+            user_id=caller.user_id,
+            team_id=self.route.team_id,  # whose deployment served it: the team it is used in
+            deployment_id=self.route.id,
+            deployment_name=self.route.name,
+            copy_id=self.upstream.copy_id,
+            model=self.call.model,
+            prompt_tokens=self.prompt_tokens,
+            completion_tokens=outcome.tokens,
+            ttft_s=outcome.ttft_s,
+            duration_s=took_s,
+            status=self.status,
         )
 
 

@@ -32,6 +32,7 @@ from gateway.keys import Caller, KeyCache
 from gateway.limits import KeyLimits
 from gateway.picking import Picker
 from gateway.relay import Call, Reply, error_reply, json_reply, relay
+from gateway.usage import FLUSH_EVERY_S, UsageBatch
 from gateway.waking import Waker
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,7 @@ FIGURES = Figures()
 PICKER = Picker()
 KEYS = KeyCache(look_up_key)
 LIMITS = KeyLimits()
+USAGE = UsageBatch()
 
 
 @atexit.register
@@ -73,6 +75,13 @@ def flush_at_exit() -> None:
     """A stopping server keeps the figures of its last minute."""
     with contextlib.suppress(Exception):
         DATABASE_THREADS.submit(in_thread, FIGURES.flush).result(timeout=10)
+
+
+@atexit.register
+def flush_usage_at_exit() -> None:
+    """A stopping server writes the usage records of its last second."""
+    with contextlib.suppress(Exception):
+        DATABASE_THREADS.submit(in_thread, USAGE.flush).result(timeout=10)
 
 
 class Directory:
@@ -120,6 +129,7 @@ class Gateway:
         self.directory = Directory()
         self.picker = PICKER
         self.figures = FIGURES
+        self.usage = USAGE
         self.keys = KEYS
         self.waker = Waker()
         self.tasks: list[asyncio.Task[Any]] = []
@@ -128,6 +138,7 @@ class Gateway:
         self.tasks = [
             asyncio.create_task(self.keep_table_fresh()),
             asyncio.create_task(self.flush_every_minute()),
+            asyncio.create_task(self.flush_usage_every_second()),
             asyncio.create_task(self.follow_broadcasts()),
             asyncio.create_task(self.report_load()),
         ]
@@ -195,6 +206,14 @@ class Gateway:
             await asyncio.sleep(conf.flush_s())
             with contextlib.suppress(Exception):
                 await run_blocking(self.figures.flush)
+
+    async def flush_usage_every_second(self) -> None:
+        """The usage records of the last second, in one insert (none when nothing came)."""
+        while True:
+            await asyncio.sleep(FLUSH_EVERY_S)
+            if self.usage.pending:
+                with contextlib.suppress(Exception):
+                    await run_blocking(self.usage.flush)
 
     async def report_load(self) -> None:
         """Tell the autoscaler and the drain (deployments/load.py) what this process has in

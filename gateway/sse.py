@@ -61,12 +61,16 @@ def count_chunks(piece: bytes | bytearray) -> int:
 
 def usage_in(piece: bytes) -> int | None:
     """completion_tokens of a usage chunk in this piece, if there is one (it ends a stream)."""
+    tokens = (usage_of(piece) or {}).get("completion_tokens")
+    return tokens if isinstance(tokens, int) else None
+
+
+def usage_of(piece: bytes) -> dict[str, Any] | None:
+    """The usage object of a usage chunk in this piece, if there is one."""
     if b'"usage":{' not in piece:
         return None
     for payload in split_events(piece + SEPARATOR)[0]:
         chunk = parse(payload)
         if isinstance(chunk, dict) and isinstance(chunk.get("usage"), dict):
-            tokens = chunk["usage"].get("completion_tokens")
-            if isinstance(tokens, int):
-                return tokens
+            return dict(chunk["usage"])
     return None
