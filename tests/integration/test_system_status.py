@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import time
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.test import Client
@@ -65,7 +66,12 @@ def test_every_process_beats_and_a_killed_one_turns_down_after_the_staleness(
         for part in BACKGROUND:
             assert 'badge-green">ok</span>' in status_row(page, part), part
         worker = status_row(page, "worker")
-        assert "seconds ago" in worker or "now" in worker
+        # When it last beat, within the 4 s staleness of the page (its words, "now" or "3 seconds
+        # ago", are Django's naturaltime of that moment).
+        last_beat = re.search(r'<time datetime="([^"]+)">', worker)
+        assert last_beat, worker
+        age = datetime.now(UTC) - datetime.fromisoformat(last_beat.group(1))
+        assert timedelta(0) <= age <= timedelta(seconds=4), worker
         assert f"queue <code>{settings.CELERY_TASK_DEFAULT_QUEUE}</code>" in worker
 
         processes.kill("beat")
