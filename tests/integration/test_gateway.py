@@ -44,7 +44,7 @@ from gateway import sse
 from gateway.directory import Route, Table, Upstream
 from gateway.errors import GatewayError
 from gateway.keys import Caller
-from gateway.models import MinuteFigures
+from gateway.models import MinuteFigures, UsageRecord
 from gateway.picking import Picker
 from gateway.reassemble import Reassembly
 from tests import factories
@@ -68,7 +68,7 @@ BGE_M3 = {
 }
 # The deployment names each shared engine answers to (the gateway sends the deployment's name).
 NAMES = {
-    "a": ["red-qwen", "red-qwen-a", "red-counted", "blue-qwen"],
+    "a": ["red-qwen", "red-qwen-a", "red-counted", "blue-qwen", "red-metered"],
     "b": ["red-qwen-b"],
     "c": ["red-qwen-stopped"],
     "slow": ["red-slow-default", "red-slow-patient"],
@@ -663,6 +663,45 @@ def test_each_minute_is_flushed_as_figures_and_exported_on_the_consoles_metrics(
     assert scrape_as(console_url, alice).status_code == 200
     assert "red-counted" in scrape_as(console_url, alice).text
     assert scrape_as(console_url, bob).status_code == 403
+
+
+# (stream, what else the client sends, prompt tokens, completion tokens): the simulator counts
+# "Hello" as 8 prompt tokens (its chat template's 7 and one word); a stream without usage asked
+# for has no engine count, so its completion tokens are counted from the stream's chunks.
+METERED = [
+    (False, {}, 8, 6),
+    (True, {"stream_options": {"include_usage": True}}, 8, 5),
+    (True, {}, None, 4),
+]
+
+
+def test_each_chat_is_recorded_with_its_tokens_key_and_team_within_a_second(
+    gateway_url, engines, bob, red
+):
+    deployment = serving(factories.make_deployment("red-metered", red), engines["a"].port)
+    copy = deployment.copies.get()
+    key, secret = ApiKey.issue(bob, "metered")
+    on_offer(gateway_url, secret, "red-metered")
+    for stream, extra, prompt, completion in METERED:
+        reply = chat(
+            gateway_url, secret, "red-metered", max_tokens=completion, stream=stream, **extra
+        )
+        assert reply.status_code == 200
+        answered = time.monotonic()
+
+        def written(completion: int = completion) -> UsageRecord | None:
+            rows = UsageRecord.objects.filter(deployment=deployment, completion_tokens=completion)
+            return rows.first()
+
+        row = wait_for(written, 5, 0.02, f"the usage record of a {completion}-token reply")
+        assert time.monotonic() - answered < 1.5  # a batch is written at most a second later
+        assert (row.api_key_id, row.user_id, row.team_id, row.copy_id) == (
+            key.pk, bob.pk, red.pk, copy.pk
+        )  # fmt: skip
+        assert (row.model, row.deployment_name, row.status) == ("red-metered", "red-metered", 200)
+        assert row.prompt_tokens == prompt
+        assert 0 < row.ttft_s <= row.duration_s
+    assert UsageRecord.objects.filter(deployment=deployment).count() == 3
 
 
 def scrape_as(console_url: str, user) -> httpx.Response:
