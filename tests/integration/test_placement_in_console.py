@@ -81,16 +81,22 @@ def test_two_half_copies_share_one_gpu_and_a_third_goes_to_the_next(demo, red):
 @pytest.mark.django_db
 def test_existing_reservations_are_honoured(demo, red, blue):
     first, first_copies = host("first", red, demo, "1", 8)
-    assert len(reserve(first, first_copies).placed) == 8
+    # Binpack: the H200's four MIG slices first (they cost no whole GPU; the tightest first),
+    # then the L4s (less left unused than on an H100), then h100-1's GPUs one by one.
+    assert [(p.machine, p.accelerators, p.slice) for p in reserve(first, first_copies).placed] == [
+        ("h200-mig", (0,), "1g.18gb"),
+        ("h200-mig", (0,), "1g.18gb"),
+        ("h200-mig", (0,), "2g.35gb"),
+        ("h200-mig", (0,), "3g.71gb"),
+        ("l4-shared", (0,), None),
+        ("l4-shared", (1,), None),
+        ("h100-1", (0,), None),
+        ("h100-1", (1,), None),
+    ]
     second, second_copies = host("second", blue, demo, "1", 1)
-    result = reserve(second, second_copies)
-    placed = result.placed[0]
-    # The eight H100s are taken; a whole-GPU copy now goes to the H200's slice or an L4 budget.
-    held = {
-        (r.machine.name, r.accelerator.index)
-        for r in Reservation.objects.filter(copy__in=first_copies)
-    }
-    assert (placed.machine, placed.accelerators[0]) not in held or placed.slice is not None
+    [placed] = reserve(second, second_copies).placed
+    # All of that is held: the next whole GPU is h100-1's GPU 2 (the machine already in use).
+    assert (placed.machine, placed.accelerators, placed.slice) == ("h100-1", (2,), None)
 
 
 @pytest.mark.django_db
