@@ -96,7 +96,7 @@ class AutoscalingOut(Schema):
     idle_minutes: int | None
 
 
-class CostOut(Schema):
+class DeploymentCostOut(Schema):
     currency: str
     today: float = Field(description="the cost of the room its copies held today (UTC)")
     total: float = Field(description="since its first copy was placed")
@@ -135,7 +135,9 @@ class DeploymentOut(Schema):
     make_room: bool = Field(
         description="true: copies of other deployments may be moved to make room for its own"
     )
-    cost: CostOut = Field(description="at the admin's prices: GPUs held × hours × price per hour")
+    cost: DeploymentCostOut = Field(
+        description="at the admin's prices: GPUs held × hours × price per hour"
+    )
 
 
 class MachineFilesOut(Schema):

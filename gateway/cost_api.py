@@ -36,7 +36,7 @@ class CostItemOut(Schema):
     days: list[CostDayOut] = Field(description="the days with a cost or tokens, oldest first")
 
 
-class CostOut(Schema):
+class CostReportOut(Schema):
     currency: str
     from_: date = Field(alias="from")
     to: date
@@ -82,7 +82,7 @@ def item_out(line: cost.Line) -> dict[str, Any]:
     }
 
 
-@router.get("/cost", response={200: CostOut, **ERRORS}, by_alias=True)
+@router.get("/cost", response={200: CostReportOut, **ERRORS}, by_alias=True)
 def show_cost(request: HttpRequest, query: Query[CostQueryIn]) -> dict[str, Any]:
     """The cost of the GPU (and CPU) room your teams' deployments held (every team's, for
     platform admins), at the admin's prices: GPUs held × hours × the price per GPU-hour of the
