@@ -46,6 +46,7 @@ from berth_sdk.results import (  # noqa: E402
     LogLine,
     Model,
     Move,
+    UsageRow,
     Variant,
 )
 
@@ -81,6 +82,7 @@ __all__ = [
     "RateLimitError",
     "ServerError",
     "UnprocessableError",
+    "UsageRow",
     "Variant",
     "__version__",
 ]

@@ -192,6 +192,17 @@ def events(filters: Mapping[str, Any]) -> Request:
     return Request("GET", "/events", given(**filters))
 
 
+def usage(
+    group_by: str | None,
+    since: datetime | str | None,
+    until: datetime | str | None,
+    bucket: str | None,
+) -> Request:
+    return Request(
+        "GET", "/usage", given(group_by=group_by, bucket=bucket, **{"from": since, "to": until})
+    )
+
+
 def settled(current: Deployment) -> bool:
     """Whether waiting for it is over: True once DEPLOYED (or IDLE: it wakes on a request);
     raised when it will not serve."""

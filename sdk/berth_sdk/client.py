@@ -12,6 +12,8 @@ The URL and key come from the arguments, else BERTH_URL and BERTH_API_KEY, else 
 from __future__ import annotations
 
 import os
+from collections.abc import AsyncIterator, Iterator
+from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -21,11 +23,12 @@ import httpx
 from berth_sdk import _calls as calls
 from berth_sdk import config
 from berth_sdk._http import AsyncTransport, RetryPolicy, Transport
+from berth_sdk._paging import async_pages, pages
 from berth_sdk.catalog import AsyncModels, Models
 from berth_sdk.clusters import AsyncClusters, Clusters
 from berth_sdk.errors import BerthError
 from berth_sdk.quotas import AsyncQuotas, Quotas
-from berth_sdk.results import Identity
+from berth_sdk.results import Identity, UsageRow
 from berth_sdk.serving import AsyncServing, Serving
 
 if TYPE_CHECKING:
@@ -60,7 +63,7 @@ def openai_module() -> Any:
 
 class BerthClient:
     """The console's API: `serving` (deployments, estimates, fit checks), `models` (the
-    catalog), `clusters`, `quotas`, `me()`, and `openai()` for the gateway.
+    catalog), `clusters`, `quotas`, `me()`, `usage()`, and `openai()` for the gateway.
 
     `timeout` is each request's limit in seconds (or an httpx.Timeout); safe requests are
     retried up to `max_retries` times on connection errors, timeouts, 502, 503 and 429.
@@ -95,6 +98,22 @@ class BerthClient:
     def me(self) -> Identity:
         """Who the API key acts as, and with which roles."""
         return Identity.from_api(self._transport.send(calls.me()))
+
+    def usage(
+        self,
+        group_by: str | None = None,
+        *,
+        since: datetime | str | None = None,
+        until: datetime | str | None = None,
+        bucket: str | None = None,
+    ) -> Iterator[UsageRow]:
+        """Requests, tokens and mean time to first token through the gateway, oldest first:
+        per `group_by` ("team", the default; "key", "user", "deployment") and `bucket` ("day",
+        the default, or "hour"), from `since` to before `until` (a time in UTC or a date, which
+        as `until` includes its day; the last week when left out). Your operated teams' usage
+        (everyone's, for platform admins)."""
+        request = calls.usage(group_by, since, until, bucket)
+        return pages(self._transport, request, UsageRow.from_api)
 
     def gateway_url(self) -> str:
         """The OpenAI-compatible gateway's address, ending in /v1."""
@@ -157,6 +176,19 @@ class AsyncBerthClient:
 
     async def me(self) -> Identity:
         return Identity.from_api(await self._transport.send(calls.me()))
+
+    async def usage(
+        self,
+        group_by: str | None = None,
+        *,
+        since: datetime | str | None = None,
+        until: datetime | str | None = None,
+        bucket: str | None = None,
+    ) -> AsyncIterator[UsageRow]:
+        """Requests, tokens and mean time to first token; see BerthClient.usage."""
+        request = calls.usage(group_by, since, until, bucket)
+        async for row in async_pages(self._transport, request, UsageRow.from_api):
+            yield row
 
     async def gateway_url(self) -> str:
         """The OpenAI-compatible gateway's address, ending in /v1."""

@@ -285,6 +285,31 @@ class Event:
         )
 
 
+@dataclass(frozen=True)
+class UsageRow:
+    """One team's, key's, user's or deployment's use of the gateway in one hour or day."""
+
+    id: int | None  # None: the team, key, user or deployment is gone (a chat page's: no key)
+    name: str | None
+    bucket_start: datetime | None  # the hour's or day's start, in UTC
+    requests: int
+    prompt_tokens: int
+    completion_tokens: int
+    mean_ttft_s: float | None  # mean time to first token; None when no reply began
+
+    @classmethod
+    def from_api(cls, data: Json) -> UsageRow:
+        return cls(
+            id=data.get("id"),
+            name=data.get("name"),
+            bucket_start=moment(data.get("bucket_start")),
+            requests=int(data.get("requests", 0)),
+            prompt_tokens=int(data.get("prompt_tokens", 0)),
+            completion_tokens=int(data.get("completion_tokens", 0)),
+            mean_ttft_s=data.get("mean_ttft_s"),
+        )
+
+
 # --- placement -----------------------------------------------------------------------------
 
 

@@ -67,6 +67,22 @@ def test_deploy_follows_to_deployed_in_plain_lines_then_every_command_works(bert
     assert chat.returncode == 0, chat.stderr
     assert chat.stdout.strip()
 
+    def used() -> list[dict]:
+        answered = run(berth_console, "usage", "--group-by", "deployment", "--output", "json")
+        return json.loads(answered.stdout)
+
+    # The chat streamed without asking for usage: its 8 tokens counted from the stream.
+    rows = wait_for(used, 20, 0.2, "the chat's usage")
+    assert [(r["name"], r["requests"], r["completion_tokens"]) for r in rows] == [
+        ("cli-qwen", 1, 8)
+    ]
+    bad_usage = run(berth_console, "usage", "--from", "yesterday")
+    assert bad_usage.returncode == 1
+    assert bad_usage.stderr.strip() == (
+        "berth: the console refused (HTTP 400) [from]: from: 'yesterday' is not a date or "
+        "time: write 2026-03-01 or 2026-03-01T14:30 (UTC, or with an offset such as +02:00)"
+    )
+
     scaled = run(berth_console, "scale", "cli-qwen", "--copies", "2")
     assert scaled.returncode == 0 and "Scaling cli-qwen" in scaled.stdout
     assert Deployment.objects.get(name="cli-qwen").copies_wanted == 2

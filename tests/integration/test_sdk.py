@@ -76,6 +76,13 @@ def test_deploy_model_waits_for_deployed_or_returns_at_once_and_logs_follow_a_ch
             line = wait_for_line(followed, lambda text: "/v1/chat/completions" in text)
         assert line.seq > last
 
+        # The gateway recorded the chat under bob's key: "Hello" is 8 prompt tokens to the
+        # simulator, and the reply its 8.
+        rows = wait_for(lambda: list(client.usage(group_by="key")), 10, 0.2, "the chat's usage")
+        assert [(r.name, r.requests, r.prompt_tokens, r.completion_tokens) for r in rows] == [
+            ("sdk tests", 1, 8, 8)
+        ]
+
 
 def test_two_models_hosted_with_defaults_share_one_gpu_and_both_answer(berth_console):
     """The size left out is the smallest usual one that holds a copy with its whole context:
@@ -171,6 +178,13 @@ def test_failures_raise_what_the_seed_says_and_refusals_carry_the_field(berth_co
         with pytest.raises(BerthAPIError) as missing:
             client.serving.get_deployment(10**6)
         assert missing.value.status_code == 404
+        with pytest.raises(BerthAPIError) as bad_range:
+            list(client.usage(since="2026-03-02", until="2026-03-01T12:00"))
+        assert (bad_range.value.status_code, bad_range.value.field) == (400, "from")
+        assert bad_range.value.message == (
+            "from: 2026-03-02T00:00:00+00:00 is not before to (2026-03-01T12:00:00+00:00); "
+            "give a from before to"
+        )
     assert Deployment.objects.count() == 2  # the refused one left nothing behind
     with BerthClient(base_url=berth_console.url, api_key="berth_not-a-key") as stranger:
         with pytest.raises(BerthAPIError) as unknown_key:
