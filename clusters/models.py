@@ -323,11 +323,10 @@ def products_here() -> list[str]:
 
 
 class Price(models.Model):
-    """What the admin says an hour costs: of one GPU of a product, or of one CPU core.
+    """What the admin says an hour costs: of one GPU of a product, or of one CPU core."""
 
-    Cost accrues from the room copies held at these prices (gateway/cost.py); one currency for
-    the install.
-    """
+    # Cost accrues from the room copies held at these prices (gateway/cost.py); one currency
+    # for the install.
 
     unit = models.CharField(max_length=16, choices=PriceUnit.choices, default=PriceUnit.GPU_HOUR)
     product = models.CharField(

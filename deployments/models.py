@@ -222,12 +222,12 @@ class Reservation(models.Model):
 
 
 class HeldRoom(models.Model):
-    """What one reservation held and from when to when, kept after the reservation is given
-    back and its copy or deployment deleted: the history cost accrues from (gateway/cost.py).
+    """What one reservation held and from when to when, kept after the reservation goes."""
 
-    Written beside each Reservation (record_held); closed when the reservation row goes,
-    whichever way it goes (a stop, a sweep, a deletion cascading from its copy or deployment).
-    """
+    # The history cost accrues from (gateway/cost.py), kept after the reservation is given back
+    # and its copy or deployment deleted. Written beside each Reservation (record_held); closed
+    # when the reservation row goes, whichever way it goes (a stop, a sweep, a deletion
+    # cascading from its copy or deployment).
 
     reservation_id = models.PositiveBigIntegerField(db_index=True)
     deployment = models.ForeignKey(
