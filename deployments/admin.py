@@ -11,6 +11,7 @@ from deployments.models import (
     CopyMove,
     Deployment,
     Event,
+    HeldRoom,
     LogLine,
     MachineFiles,
     Reservation,
@@ -93,6 +94,23 @@ class ReservationAdmin(ReadOnlyAdmin):
     list_display = ["copy", "machine", "accelerator", "reserved_bytes", "share", "resource_name"]
     list_filter = ["machine__cluster"]
     search_fields = ["copy__deployment__name", "machine__name"]
+
+
+@admin.register(HeldRoom)
+class HeldRoomAdmin(ReadOnlyAdmin):
+    """What each reservation held and when, the record cost accrues from: to read, not edit."""
+
+    list_display = [
+        "deployment_name",
+        "copy_ordinal",
+        "product",
+        "gpus",
+        "cores",
+        "held_from",
+        "held_until",
+    ]
+    list_filter = ["vendor", "team"]
+    search_fields = ["deployment_name", "product"]
 
 
 @admin.register(CopyMove)
