@@ -137,7 +137,7 @@ def limits_words(quota: Any) -> str:
 class Rule:
     """One quota as the gateway holds it."""
 
-    id: int
+    id: str  # what its counters are named by
     subject: str
     shadow: bool
     limits: tuple[tuple[str, int], ...]
@@ -160,13 +160,20 @@ class Book:
         return [rule for rule in found if rule is not None]
 
 
+def rule_of(quota: Any, subject: str) -> Rule:
+    # Counted under the id and the moment it was made: a quota made again (or an id used
+    # again, as a test database made afresh does) starts from nothing.
+    counted_as = f"{quota.pk}.{int(quota.created_at.timestamp() * 1000)}"
+    return Rule(counted_as, subject, quota.shadow, tuple(quota.limits().items()))
+
+
 def load_book() -> Book:
     """Blocking: every quota, read in one query."""
     from gateway.models import Quota
 
     book = Book()
     for quota in Quota.objects.select_related("api_key", "team", "deployment"):
-        rule = Rule(quota.pk, subject_words(quota), quota.shadow, tuple(quota.limits().items()))
+        rule = rule_of(quota, subject_words(quota))
         if quota.api_key_id:
             book.by_key[quota.api_key_id] = rule
         elif quota.team_id:
@@ -206,7 +213,7 @@ def since_words(limit: str, start: float) -> str:
     return f"since {moment.day} {moment:%B} 00:00 UTC"
 
 
-def prefix(quota_id: int) -> str:
+def prefix(quota_id: str) -> str:
     # Namespaced as the load reports are: installs (and test runs) sharing a Redis stay apart.
     return f"{settings.CELERY_TASK_DEFAULT_QUEUE}:quota:{quota_id}"
 
@@ -249,7 +256,7 @@ class Lane:
         return 61 if self.counts_requests else int(self.end - self.start) + 60
 
 
-def shadow_key(quota_id: int, limit: str) -> str:
+def shadow_key(quota_id: str, limit: str) -> str:
     return f"{prefix(quota_id)}:{limit}:shadow-refusals"
 
 
@@ -402,15 +409,19 @@ class Quotas:
     def __init__(self) -> None:
         self.book = Book()
         self.redis: aioredis.Redis | None = None
+        self.scripts: dict[str, Any] = {}
         self.spending: set[asyncio.Task[None]] = set()
         self.shadow_refused = 0
 
-    def client(self) -> aioredis.Redis:
+    def script(self, source: str) -> Any:
+        """The script, sent by its SHA-1 (EVALSHA) once Redis knows it."""
         if self.redis is None:
             self.redis = aioredis.Redis.from_url(
                 settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2
             )
-        return self.redis
+        if source not in self.scripts:
+            self.scripts[source] = self.redis.register_script(source)
+        return self.scripts[source]
 
     async def admit_call(
         self, book: Book, key_id: int, team_id: int, deployment_id: int, body: dict[str, Any]
@@ -437,7 +448,7 @@ class Quotas:
             keep = lane.keep_s if lane.counts_requests else STALE_FLIGHT_S
             args += ["r" if lane.counts_requests else "t", lane.value, keep, int(lane.rule.shadow)]
         try:
-            answer = await self.client().eval(ADMIT, len(keys), *keys, *args)
+            answer = await self.script(ADMIT)(keys=keys, args=args)
         except Exception:
             log.warning("quotas: Redis cannot be reached; the request goes through", exc_info=True)
             return None
@@ -470,8 +481,8 @@ class Quotas:
             keys += [lane.counter, lane.in_flight, lane.biggest]
             keeps.append(lane.keep_s)
         try:
-            await self.client().eval(
-                SPEND, len(keys), *keys, ticket.id, max(0, tokens), *keeps, BIGGEST_KEEP_S
+            await self.script(SPEND)(
+                keys=keys, args=[ticket.id, max(0, tokens), *keeps, BIGGEST_KEEP_S]
             )
         except Exception:
             log.warning("quotas: could not count %d tokens in Redis", tokens, exc_info=True)
@@ -486,7 +497,7 @@ def standing(quota: Any, now: float | None = None) -> dict[str, dict[str, int]]:
     from console.heartbeats import client
 
     now = time.time() if now is None else now
-    rule = Rule(quota.pk, "", quota.shadow, tuple(quota.limits().items()))
+    rule = rule_of(quota, "")
     lanes = lanes_of([rule], now)
     try:
         with client().pipeline() as pipe:

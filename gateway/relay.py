@@ -22,6 +22,7 @@ from gateway.directory import Route, Upstream
 from gateway.errors import GatewayError
 from gateway.figures import Outcome
 from gateway.keys import Caller
+from gateway.quotas import Ticket
 from gateway.reassemble import Reassembly
 from gateway.usage import UsageEntry
 
@@ -92,8 +93,11 @@ class Unreachable(Exception):
 class Flight:
     """One request at one copy: its upstream response, its timings and its token count."""
 
-    def __init__(self, hub: Gateway, call: Call, route: Route, upstream: Upstream) -> None:
+    def __init__(
+        self, hub: Gateway, call: Call, route: Route, upstream: Upstream, ticket: Ticket | None
+    ) -> None:
         self.hub, self.call, self.route, self.upstream = hub, call, route, upstream
+        self.ticket = ticket  # its admission under quotas, which its tokens are spent from
         self.response: aiohttp.ClientResponse | None = None
         self.first_token_at: float | None = None
         self.last_at: float | None = None
@@ -261,7 +265,9 @@ class Flight:
         self.finished = True
         self.hub.picker.done(self.upstream)
         if record:
-            self.hub.figures.record(self.outcome())
+            outcome = self.outcome()
+            self.hub.figures.record(outcome)
+            self.hub.quotas.spend(self.ticket, outcome.tokens + (self.prompt_tokens or 0))
             self.hub.usage.add(self.usage_entry())
         if self.response is not None:
             # Read to the end, the connection goes back to the pool; otherwise closing it is
@@ -334,16 +340,24 @@ async def relay(hub: Gateway, call: Call, routes: list[Route]) -> Reply:
     """Send the call to the copy with the fewest requests in flight; if it cannot be reached,
     to one other copy once."""
     tried: set[int] = set()
+    ticket: Ticket | None = None
+    admitted = False
     for _attempt in range(2):
         chosen = hub.picker.choose(routes, tried)
         if chosen is None:
             break
         route, upstream = chosen
         tried.add(upstream.copy_id)
+        if not admitted:  # once per call, also when the first copy chosen cannot be reached
+            ticket = await hub.quotas.admit_call(
+                hub.directory.book, call.caller.key_id, route.team_id, route.id, call.body
+            )
+            admitted = True
         try:
-            return await Flight(hub, call, route, upstream).take_off()
+            return await Flight(hub, call, route, upstream, ticket).take_off()
         except Unreachable:
             continue
+    hub.quotas.spend(ticket, 0)  # no copy took it: its reservation goes back
     failed_at = routes[0]
     hub.figures.record(Outcome(failed_at.id, failed_at.name, failed=True))
     if tried:

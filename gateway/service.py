@@ -31,6 +31,7 @@ from gateway.figures import Figures
 from gateway.keys import Caller, KeyCache
 from gateway.limits import KeyLimits
 from gateway.picking import Picker
+from gateway.quotas import Book, Quotas, load_book
 from gateway.relay import Call, Reply, error_reply, json_reply, relay
 from gateway.usage import FLUSH_EVERY_S, UsageBatch
 from gateway.waking import Waker
@@ -92,6 +93,7 @@ class Directory:
         self.read_at = 0.0
         self.keys = KeyBox()
         self.reading: asyncio.Task[Table] | None = None
+        self.book = Book()  # the quotas, read with the table
 
     async def current(self) -> Table:
         if self.table is None:
@@ -110,8 +112,10 @@ class Directory:
         return await asyncio.shield(self.reading)
 
     async def read(self) -> Table:
+        # The quotas first: a deployment on offer has had the quotas of that moment read.
+        book = await run_blocking(load_book)
         table = await run_blocking(lambda: load_table(self.keys))
-        self.table, self.read_at = table, time.monotonic()
+        self.book, self.table, self.read_at = book, table, time.monotonic()
         return table
 
 
@@ -132,6 +136,7 @@ class Gateway:
         self.usage = USAGE
         self.keys = KEYS
         self.waker = Waker()
+        self.quotas = Quotas()  # its Redis client belongs to this event loop
         self.tasks: list[asyncio.Task[Any]] = []
 
     def start(self) -> None:
