@@ -63,6 +63,14 @@ class Call:
     def wants_stream(self) -> bool:
         return bool(self.body.get("stream"))
 
+    @property
+    def hides_usage(self) -> bool:
+        """A stream whose client did not ask for usage: the gateway asks the engine for it all
+        the same (the usage records count the prompt's tokens) and takes it out again."""
+        options = self.body.get("stream_options")
+        asked = isinstance(options, dict) and bool(options.get("include_usage"))
+        return self.wants_stream and not asked
+
 
 @dataclass
 class Reply:
@@ -137,7 +145,7 @@ class Flight:
             await self.finish()
             raise
         if self.call.wants_stream:
-            return Reply(200, EVENT_STREAM, held, self.more, self.finish)
+            return Reply(200, EVENT_STREAM, self.relayed(held), self.more, self.finish)
         return await self.reassembled(held)
 
     def remaining(self) -> float:
@@ -210,7 +218,10 @@ class Flight:
         self.last_at = time.monotonic()
         if self.call.path != EMBEDDINGS:
             self.count(piece)
-        return piece
+        return self.relayed(piece)
+
+    def relayed(self, piece: bytes) -> bytes:
+        return sse.without_usage(piece) if self.call.hides_usage else piece
 
     def count(self, piece: bytes) -> None:
         self.chunks += sse.count_chunks(piece)
@@ -327,8 +338,11 @@ def upstream_body(call: Call, route: Route) -> bytes:
     body = {**call.body, "model": route.served_name}
     if call.path != EMBEDDINGS:
         body["stream"] = True
-        if not call.wants_stream:
-            body["stream_options"] = {"include_usage": True}  # for the reassembled usage
+        if not call.wants_stream or call.hides_usage:
+            # For the reassembled reply's usage, and the prompt's tokens in the usage records.
+            options = call.body.get("stream_options")
+            body["stream_options"] = {**(options if isinstance(options, dict) else {}),
+                                      "include_usage": True}  # fmt: skip
     return json.dumps(body).encode()
 
 

@@ -65,6 +65,26 @@ def usage_in(piece: bytes) -> int | None:
     return tokens if isinstance(tokens, int) else None
 
 
+def without_usage(piece: bytes) -> bytes:
+    """The piece less its usage-only events (choices empty), which a client that did not ask
+    for usage is not sent; an event cut at the piece's end is left as it is."""
+    if b'"usage":{' not in piece:
+        return piece
+    *complete, rest = piece.split(SEPARATOR)
+    kept = [event for event in complete if not usage_only(event)]
+    return SEPARATOR.join([*kept, rest])
+
+
+def usage_only(event: bytes) -> bool:
+    payload = event_data(event)
+    chunk = parse(payload) if payload is not None else None
+    return (
+        isinstance(chunk, dict)
+        and isinstance(chunk.get("usage"), dict)
+        and not chunk.get("choices")
+    )
+
+
 def usage_of(piece: bytes) -> dict[str, Any] | None:
     """The usage object of a usage chunk in this piece, if there is one."""
     if b'"usage":{' not in piece:

@@ -71,11 +71,23 @@ def test_deploy_follows_to_deployed_in_plain_lines_then_every_command_works(bert
         answered = run(berth_console, "usage", "--group-by", "deployment", "--output", "json")
         return json.loads(answered.stdout)
 
-    # The chat streamed without asking for usage: its 8 tokens counted from the stream.
+    # "Hello there" is 9 prompt tokens to the simulator; the gateway asked for the usage of the
+    # chat's stream, which did not.
     rows = wait_for(used, 20, 0.2, "the chat's usage")
-    assert [(r["name"], r["requests"], r["completion_tokens"]) for r in rows] == [
-        ("cli-qwen", 1, 8)
+    assert [
+        (r["name"], r["requests"], r["prompt_tokens"], r["completion_tokens"]) for r in rows
+    ] == [("cli-qwen", 1, 9, 8)]
+    table = run(berth_console, "usage", "--group-by", "deployment").stdout.splitlines()
+    assert table[0].split() == [
+        "FROM",
+        "DEPLOYMENT",
+        "REQUESTS",
+        "PROMPT",
+        "COMPLETION",
+        "MEAN",
+        "TTFT",
     ]
+    assert table[1].split()[2:6] == ["cli-qwen", "1", "9", "8"]  # after the day's start
     bad_usage = run(berth_console, "usage", "--from", "yesterday")
     assert bad_usage.returncode == 1
     assert bad_usage.stderr.strip() == (

@@ -665,13 +665,13 @@ def test_each_minute_is_flushed_as_figures_and_exported_on_the_consoles_metrics(
     assert scrape_as(console_url, bob).status_code == 403
 
 
-# (stream, what else the client sends, prompt tokens, completion tokens): the simulator counts
-# "Hello" as 8 prompt tokens (its chat template's 7 and one word); a stream without usage asked
-# for has no engine count, so its completion tokens are counted from the stream's chunks.
+# (stream, what else the client sends, prompt tokens, completion tokens, usage in the reply):
+# the simulator counts "Hello" as 8 prompt tokens (its chat template's 7 and one word); the
+# gateway asks for the usage of a stream whose client did not, and leaves it out of the reply.
 METERED = [
-    (False, {}, 8, 6),
-    (True, {"stream_options": {"include_usage": True}}, 8, 5),
-    (True, {}, None, 4),
+    (False, {}, 8, 6, True),
+    (True, {"stream_options": {"include_usage": True}}, 8, 5, True),
+    (True, {}, 8, 4, False),
 ]
 
 
@@ -682,12 +682,13 @@ def test_each_chat_is_recorded_with_its_tokens_key_and_team_within_a_second(
     copy = deployment.copies.get()
     key, secret = ApiKey.issue(bob, "metered")
     on_offer(gateway_url, secret, "red-metered")
-    for stream, extra, prompt, completion in METERED:
+    for stream, extra, prompt, completion, usage_shown in METERED:
         reply = chat(
             gateway_url, secret, "red-metered", max_tokens=completion, stream=stream, **extra
         )
         assert reply.status_code == 200
         answered = time.monotonic()
+        assert ('"usage"' in reply.text) is usage_shown
 
         def written(completion: int = completion) -> UsageRecord | None:
             rows = UsageRecord.objects.filter(deployment=deployment, completion_tokens=completion)
