@@ -32,7 +32,19 @@ class Quota:
 
     @classmethod
     def from_api(cls, data: Json) -> Quota:
-        return cls(**{name: data.get(name) for name in cls.__dataclass_fields__})
+        return cls(
+            id=int(data["id"]),
+            subject=str(data["subject"]),
+            api_key=data.get("api_key"),
+            team=data.get("team"),
+            deployment=data.get("deployment"),
+            tokens_per_day=data.get("tokens_per_day"),
+            tokens_per_month=data.get("tokens_per_month"),
+            requests_per_minute=data.get("requests_per_minute"),
+            tokens_per_minute=data.get("tokens_per_minute"),
+            shadow=bool(data.get("shadow")),
+            use=dict(data.get("use") or {}),
+        )
 
 
 def listed() -> Request:

@@ -37,14 +37,19 @@ def set_quota(
     api_key: int | None,
     team: str | None,
     deployment: str | None,
+    tokens_per_day: int | None,
+    tokens_per_month: int | None,
+    requests_per_minute: int | None,
+    tokens_per_minute: int | None,
     shadow: bool,
-    **limits: int | None,
 ) -> None:
     """Set the quota of one key, team or deployment (it replaces the one there was); the
     limits left out are not limited."""
     found = app.client().quotas.set(
-        api_key=api_key, team=team, deployment=deployment, shadow=shadow, **limits
-    )
+        api_key=api_key, team=team, deployment=deployment, tokens_per_day=tokens_per_day,
+        tokens_per_month=tokens_per_month, requests_per_minute=requests_per_minute,
+        tokens_per_minute=tokens_per_minute, shadow=shadow,
+    )  # fmt: skip
     if app.out.json:
         app.out.data(found)
     else:
