@@ -243,3 +243,16 @@ def test_a_viewer_is_refused(fleet):
     status, body = usage_of(fleet["viv"], "")
     assert status == 403
     assert body["detail"] == "Only operators may do this."
+
+
+def test_beat_names_the_tasks_that_roll_up_and_prune(fleet, settings):
+    from console.celery import app
+
+    app.loader.import_default_modules()  # as a worker starts: each app's tasks module
+    schedule = settings.CELERY_BEAT_SCHEDULE
+    prune_task = app.tasks[schedule["prune-usage"]["task"]]
+    roll_up_task = app.tasks[schedule["roll-up-usage"]["task"]]
+    assert prune_task.apply().get() == 0
+    record_march(fleet)
+    assert roll_up_task.apply().get() == 3  # red at 10 and 11 h, blue at 10 h
+    assert UsageHour.objects.count() == 3
