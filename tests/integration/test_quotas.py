@@ -25,6 +25,7 @@ from tests.integration.test_gateway import (
     chat,
     database_url,
     error_of,
+    free_port,
     on_offer,
     serving,
     serving_engines,
@@ -35,7 +36,10 @@ from tests.processes import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
-NAMES = ["red-rpm", "red-shared", "red-shadow", "red-burst", "red-tokens", "red-token-burst"]
+NAMES = [
+    "red-rpm", "red-shared", "red-shadow", "red-burst", "red-tokens", "red-token-burst",
+    "red-no-redis",
+]  # fmt: skip
 OVER_REQUESTS = re.compile(
     r'API key "tests"\'s quota of (\d+) requests per minute is used up: (\d+) requests in '
     r"the last minute\. Try again in (\d+) s\."
@@ -197,3 +201,20 @@ def test_sixty_four_requests_at_once_overshoot_a_token_quota_by_one_request_at_m
         assert error_of(answer).startswith(
             "deployment red-token-burst's quota of 40 tokens per day is "
         )
+
+
+def test_a_gateway_that_cannot_reach_redis_lets_requests_through(engine, bob, red):
+    """A quota must not take the gateway down with it: without Redis it is not held."""
+    secret = key_with_quota(bob, requests_per_minute=1)
+    env = {**os.environ, "DATABASE_URL": database_url(), "BERTH_GATEWAY_REFRESH_S": "0.2",
+           "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}  # fmt: skip
+    argv = [sys.executable, "-m", "uvicorn", "gateway.asgi:application", "--host", "127.0.0.1",
+            "--port", "PORT", "--no-access-log"]  # fmt: skip
+    process, url = start_server(argv, env)
+    try:
+        wait_for(lambda: up(url, process), 60, 0.2, f"the gateway at {url}")
+        served("red-no-redis", red, engine, [url], secret)
+        assert [chat(url, secret, "red-no-redis").status_code for _ in range(3)] == [200] * 3
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=20)
