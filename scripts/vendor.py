@@ -28,6 +28,8 @@ PACKAGES: dict[str, tuple[str, dict[str, Path]]] = {
     "htmx.org": ("2.0.11", {"dist/htmx.min.js": VENDOR / "htmx.min.js"}),
     "htmx-ext-ws": ("2.0.4", {"ws.js": VENDOR / "htmx-ext-ws.js"}),
     "@picocss/pico": ("2.1.1", {"css/pico.min.css": VENDOR / "pico.min.css"}),
+    # The usage page's charts (canvas; no eval and no inline style, as the CSP requires).
+    "chart.js": ("4.5.1", {"dist/chart.umd.min.js": VENDOR / "chart.umd.min.js"}),
     # The accessibility engine tests/e2e/test_accessibility.py injects into each page. Tests only:
     # under static/ it would be collected and served to every user, for nothing.
     "axe-core": ("4.14.1", {"axe.min.js": TEST_VENDOR / "axe.min.js"}),
