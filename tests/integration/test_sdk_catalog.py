@@ -278,6 +278,9 @@ def test_the_async_client_awaits_the_same_surface(berth_console):
                 await api.models.get("nobody/has-this")
             cluster = await api.clusters.get("sdk")
             clusters = [c.name async for c in api.clusters.list()]
+            no_usage = [row async for row in api.usage(group_by="deployment", bucket="hour")]
+            with pytest.raises(BadRequestError) as bad_bucket:
+                [row async for row in api.usage(bucket="week")]
             pk = await api.serving.deploy_model(
                 repo_id=QWEN,
                 variant="bf16",
@@ -313,6 +316,8 @@ def test_the_async_client_awaits_the_same_surface(berth_console):
     assert "nobody/has-this is not in the catalog" in seen["unknown"].value.message
     assert seen["cluster"] == sync_cluster and seen["cluster"].free is not None
     assert seen["clusters"] == ["sdk", "stuck"]
+    assert seen["no_usage"] == []  # nothing through the gateway yet
+    assert seen["bad_bucket"].value.message == "bucket: 'week' is not one of hour, day"
 
     pk = seen["pk"]
     assert seen["status"] is DeploymentStatus.DEPLOYED
