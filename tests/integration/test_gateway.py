@@ -702,7 +702,15 @@ def test_each_chat_is_recorded_with_its_tokens_key_and_team_within_a_second(
         assert (row.model, row.deployment_name, row.status) == ("red-metered", "red-metered", 200)
         assert row.prompt_tokens == prompt
         assert 0 < row.ttft_s <= row.duration_s
-    assert UsageRecord.objects.filter(deployment=deployment).count() == 3
+    # The engine's own refusal is recorded with its status, and no tokens.
+    assert chat(gateway_url, secret, "red-metered", max_tokens=100_000).status_code == 400
+
+    def refused() -> UsageRecord | None:
+        return UsageRecord.objects.filter(deployment=deployment, status=400).first()
+
+    row = wait_for(refused, 5, 0.02, "the usage record of the refused request")
+    assert (row.prompt_tokens, row.completion_tokens, row.ttft_s) == (None, 0, None)
+    assert UsageRecord.objects.filter(deployment=deployment).count() == 4
 
 
 def scrape_as(console_url: str, user) -> httpx.Response:
