@@ -14,6 +14,7 @@ NAVIGATION = [
     ("On this server", "server_models", "models"),
     ("Clusters", "cluster_list", "clusters"),
     ("Chat", "chat", "chat"),
+    ("Usage", "usage", "usage"),
     ("Events", "event_list", "events"),
 ]
 

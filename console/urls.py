@@ -96,6 +96,7 @@ urlpatterns = [
     path("clusters/", include("clusters.urls")),
     path("chat/", include("gateway.urls")),
     path("quotas/", include("gateway.quota_urls")),
+    path("usage/", include("gateway.usage_urls")),
     path("api/v1/", api_v1.api.urls),
     path("admin/", admin.site.urls),
 ]

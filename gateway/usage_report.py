@@ -8,6 +8,7 @@ everyone's. A value that cannot be used is refused (FilterRefused) naming its pa
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
@@ -115,7 +116,7 @@ def usage_page(user: Any, params: Any, now: datetime | None = None) -> UsagePage
     """One page of the usage the user may see, oldest bucket first, then by the group's name."""
     require_operator_somewhere(user)
     query = read_query(params, now)
-    rows = sorted(summed(user, query).items(), key=lambda item: order_key(item[0]))
+    rows = ordered(summed(operated_scope(user), query))
     if query.cursor:
         last = decode_cursor(query.cursor_name, query.cursor)
         rows = [row for row in rows if order_key(row[0]) > tuple(last)]
@@ -126,7 +127,17 @@ def usage_page(user: Any, params: Any, now: datetime | None = None) -> UsagePage
     return UsagePage([item_of(key, sums) for key, sums in shown], next_cursor)
 
 
+def every_item(teams: Collection[int] | None, query: UsageQuery) -> list[dict[str, Any]]:
+    """Every item of the range, not a page (the usage page's charts, table and CSV), in the
+    API's order and shape."""
+    return [item_of(key, sums) for key, sums in ordered(summed(teams, query))]
+
+
 Key = tuple[datetime, int | None, str | None]
+
+
+def ordered(totals: dict[Key, list[float]]) -> list[tuple[Key, list[float]]]:
+    return sorted(totals.items(), key=lambda item: order_key(item[0]))
 
 
 def order_key(key: Key) -> tuple[str, str, int]:
@@ -134,12 +145,13 @@ def order_key(key: Key) -> tuple[str, str, int]:
     return (bucket.isoformat(), name or "", group_id or 0)
 
 
-def summed(user: Any, query: UsageQuery) -> dict[Key, list[float]]:
+def summed(teams: Collection[int] | None, query: UsageQuery) -> dict[Key, list[float]]:
     """(bucket, group id, group name) → [requests, prompt, completion, ttft sum, ttft count],
-    from the hours rolled up and the records after them, added up."""
+    from the hours rolled up and the records after them, added up: of the given teams only
+    (None: every team's, and the records whose team is gone)."""
     totals: dict[Key, list[float]] = {}
     for rows in sources(query):
-        for row in grouped(visible(user, rows), query):
+        for row in grouped(within(teams, rows), query):
             key = (row["bucket"], row["group_id"], row["group_name"])
             sums = totals.setdefault(key, [0, 0, 0, 0.0, 0])
             for index, name in enumerate(
@@ -171,10 +183,15 @@ def ceil_hour(moment: datetime) -> datetime:
     return floor if floor == moment else floor + HOUR
 
 
-def visible(user: Any, rows: QuerySet[Any]) -> QuerySet[Any]:
+def operated_scope(user: Any) -> list[int] | None:
+    """The API's teams: those the user operates (None, every team, for platform admins)."""
     if is_platform_admin(user):
-        return rows
-    return rows.filter(team__in=operated_teams(user))
+        return None
+    return list(operated_teams(user).values_list("pk", flat=True))
+
+
+def within(teams: Collection[int] | None, rows: QuerySet[Any]) -> QuerySet[Any]:
+    return rows if teams is None else rows.filter(team_id__in=list(teams))
 
 
 def grouped(rows: QuerySet[Any], query: UsageQuery) -> QuerySet[Any]:
