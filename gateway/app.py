@@ -224,7 +224,7 @@ async def wait_for_disconnect(receive: Receive) -> None:
 
 async def lifespan(receive: Receive, send: Send) -> None:
     """When the gateway runs as its own server: beat its heartbeat while it runs
-    (console/heartbeats.py), and flush the figures on the way out."""
+    (console/heartbeats.py), and flush the figures and the usage records on the way out."""
     stop = asyncio.Event()
     beating: asyncio.Task[None] | None = None
     while True:
@@ -238,6 +238,8 @@ async def lifespan(receive: Receive, send: Send) -> None:
                 await beating
             with contextlib.suppress(Exception):
                 await service.run_blocking(service.FIGURES.flush)
+            with contextlib.suppress(Exception):
+                await service.run_blocking(service.USAGE.flush)
             await send({"type": "lifespan.shutdown.complete"})
             return
 

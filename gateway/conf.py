@@ -22,6 +22,11 @@ def flush_s() -> float:
     return seconds("GATEWAY_FLUSH_S", "BERTH_GATEWAY_FLUSH_S", 60.0, 0.1, 3600)
 
 
+def usage_flush_s() -> float:
+    """How often the usage records go to the database: what a gateway that dies may lose."""
+    return seconds("GATEWAY_USAGE_FLUSH_S", "BERTH_GATEWAY_USAGE_FLUSH_S", 1.0, 0.1, 3600)
+
+
 # The limits are read (and checked) with the other settings at start-up (console/settings.py).
 
 

@@ -33,7 +33,7 @@ from gateway.limits import KeyLimits
 from gateway.picking import Picker
 from gateway.quotas import Book, Quotas, load_book
 from gateway.relay import Call, Reply, error_reply, json_reply, relay
-from gateway.usage import FLUSH_EVERY_S, UsageBatch
+from gateway.usage import UsageBatch
 from gateway.waking import Waker
 
 log = logging.getLogger(__name__)
@@ -80,9 +80,10 @@ def flush_at_exit() -> None:
 
 @atexit.register
 def flush_usage_at_exit() -> None:
-    """A stopping server writes the usage records of its last second."""
+    """A stopping server writes the usage records of its last second. In this thread: the
+    thread pools take no more work once the interpreter is exiting, and no event loop runs."""
     with contextlib.suppress(Exception):
-        DATABASE_THREADS.submit(in_thread, USAGE.flush).result(timeout=10)
+        USAGE.flush()
 
 
 class Directory:
@@ -215,7 +216,7 @@ class Gateway:
     async def flush_usage_every_second(self) -> None:
         """The usage records of the last second, in one insert (none when nothing came)."""
         while True:
-            await asyncio.sleep(FLUSH_EVERY_S)
+            await asyncio.sleep(conf.usage_flush_s())
             if self.usage.pending:
                 with contextlib.suppress(Exception):
                     await run_blocking(self.usage.flush)

@@ -1,10 +1,10 @@
 """Usage records: one per request through the gateway, written in batches, rolled up per hour.
 
 The request's path only appends an entry to the process's batch (a list under a lock); the
-gateway's writer (service.flush_usage_every_second) inserts the batch with one bulk insert at
-most every second, and once more at exit. A gateway process that dies loses at most that
-second. Beat rolls each finished hour up into UsageHour (`roll_up`) and deletes records older
-than BERTH_USAGE_DAYS (`prune`).
+gateway's writer (service.flush_usage_every_second) inserts the batch with one bulk insert
+every second (BERTH_GATEWAY_USAGE_FLUSH_S), and once more at exit. A gateway process that dies
+loses at most that second. Beat rolls each finished hour up into UsageHour (`roll_up`) and
+deletes records older than BERTH_USAGE_DAYS (`prune`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from gateway.models import UsageHour, UsageRecord
 
 log = logging.getLogger(__name__)
 
-FLUSH_EVERY_S = 1.0  # the most a gateway process that dies can lose
 # What a batch holds while the database cannot be written (the oldest go first past it).
 MOST_PENDING = 100_000
 # An hour is rolled up once it has been over this long: a request is recorded when it ends,

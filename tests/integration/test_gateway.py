@@ -713,6 +713,25 @@ def test_each_chat_is_recorded_with_its_tokens_key_and_team_within_a_second(
     assert UsageRecord.objects.filter(deployment=deployment).count() == 4
 
 
+def test_a_gateway_that_stops_writes_the_usage_records_it_holds(servers, engines, bob, red):
+    """A gateway that would write its records only once an hour still writes them as it stops."""
+    deployment = serving(factories.make_deployment("red-metered", red), engines["a"].port)
+    env = {**os.environ, "DATABASE_URL": database_url(), "BERTH_GATEWAY_REFRESH_S": "0.2",
+           "BERTH_GATEWAY_USAGE_FLUSH_S": "3600"}  # fmt: skip
+    argv = [sys.executable, "-m", "uvicorn", "gateway.asgi:application", "--port", "PORT"]
+    process, url = start_server(argv, env)
+    try:
+        wait_for(lambda: up(url, process), 60, 0.2, "the second gateway")
+        key = key_for(bob)
+        on_offer(url, key, "red-metered")
+        assert chat(url, key, "red-metered", max_tokens=3).status_code == 200
+        assert not UsageRecord.objects.filter(deployment=deployment).exists()
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=20)
+    assert UsageRecord.objects.filter(deployment=deployment).get().completion_tokens == 3
+
+
 def scrape_as(console_url: str, user) -> httpx.Response:
     return httpx.get(f"{console_url}/metrics", cookies=session_of(user))
 
