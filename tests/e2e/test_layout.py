@@ -66,6 +66,7 @@ NOT_PAGES = {
     "team_email_delete": "POST only",
     "team_email_test": "POST only",
     "export_events": "a download (text/csv), not a page",
+    "export_usage": "a download (text/csv), not a page",
     "deployment_bulk": "POST only (its answer, the confirmation page, lists the chosen rows)",
     "account_password": "POST only",
     "team_add_member": "POST only",
@@ -149,6 +150,7 @@ def pages_to_open(seed: dict[str, Any]) -> list[Visit]:
         Visit("api_keys", "bob", "/account/api-keys/"),
         Visit("account", "bob", "/account/"),
         Visit("event_list", "bob", "/events/"),
+        Visit("usage", "bob", "/usage/"),
         Visit("team_detail", "alice", "/teams/research-platform/"),  # an admin's controls
         Visit("team_webhooks", "alice", "/teams/research-platform/notifications/"),
         Visit("team_webhook_log", "alice", f"/teams/research-platform/notifications/{w}/"),

@@ -15,6 +15,7 @@ SECTIONS = [
     ("On this server", "No models on this server yet."),
     ("Clusters", "No clusters yet."),
     ("Chat", "No model is offered in chat yet."),
+    ("Usage", "No requests through the gateway in the last week."),
     ("Events", "Nothing has happened in your teams yet."),
 ]
 
