@@ -302,6 +302,8 @@ GATEWAY_KEY_PER_MINUTE = env_int("BERTH_GATEWAY_KEY_PER_MINUTE", 6000, low=1, hi
 GATEWAY_WAKE_HOLD = env_int("BERTH_GATEWAY_WAKE_HOLD", 100, low=1, high=100_000)
 # Usage records (gateway/usage.py) are kept this many days, then deleted with their hours.
 USAGE_DAYS = env_int("BERTH_USAGE_DAYS", 400, low=1, high=100_000)
+# Whether the gateway writes a usage record per request and counts it in its metrics.
+USAGE_METERING = env_bool("BERTH_USAGE_METERING", True)
 
 LOGGING = {
     "version": 1,

@@ -26,6 +26,7 @@ from gateway import conf, errors, service
 from gateway.errors import GatewayError
 from gateway.keys import Caller, caller_of
 from gateway.limits import TooMany
+from gateway.meter import METER
 from gateway.metrics import access_changes, limits_text
 from gateway.metrics import text as metrics_text
 from gateway.relay import JSON, RELAYED, Call, Reply, error_reply
@@ -248,7 +249,8 @@ async def metrics(
     scope: Scope, receive: Receive, send: Send, gateway_process: bool = False
 ) -> None:
     """Prometheus' /metrics: with an API key (its teams' deployments) or as a staff user; the
-    console serves it, and the gateway's process too, adding its own key cache's figure."""
+    console serves it, and the gateway's process too, adding its own key cache's figure and its
+    own per-request metrics (gateway/meter.py: this process's, since it started)."""
     try:
         caller = await metrics_reader(scope)
     except GatewayError as error:
@@ -258,6 +260,7 @@ async def metrics(
         if gateway_process:
             text += access_changes(service.KEYS.access_changes_seen)
             text += limits_text(service.LIMITS.refused)
+            text += METER.text(caller)
         reply = Reply(200, PROMETHEUS, text.encode())
     await send_reply(reply, send)
 

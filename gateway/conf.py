@@ -45,6 +45,12 @@ def key_per_minute() -> int:
     return int(settings.GATEWAY_KEY_PER_MINUTE)
 
 
+def usage_metering() -> bool:
+    """Whether each request is metered: its usage record and this process's metrics
+    (BERTH_USAGE_METERING, default true; the benchmark's "off")."""
+    return bool(settings.USAGE_METERING)
+
+
 def wake_hold() -> int:
     """Requests this process holds for one idle deployment while it wakes (more: 503)."""
     return int(settings.GATEWAY_WAKE_HOLD)

@@ -141,6 +141,7 @@ class Rule:
     subject: str
     shadow: bool
     limits: tuple[tuple[str, int], ...]
+    scope: str = "key"  # what it names: key, team or deployment (the metrics' label)
 
 
 @dataclass(frozen=True)
@@ -164,7 +165,8 @@ def rule_of(quota: Any, subject: str) -> Rule:
     # Counted under the id and the moment it was made: a quota made again (or an id used
     # again, as a test database made afresh does) starts from nothing.
     counted_as = f"{quota.pk}.{int(quota.created_at.timestamp() * 1000)}"
-    return Rule(counted_as, subject, quota.shadow, tuple(quota.limits().items()))
+    scope = "key" if quota.api_key_id else "team" if quota.team_id else "deployment"
+    return Rule(counted_as, subject, quota.shadow, tuple(quota.limits().items()), scope)
 
 
 def load_book() -> Book:
@@ -356,8 +358,9 @@ return 1
 class OverQuota(GatewayError):
     """A request over a quota: 429, and when to try again."""
 
-    def __init__(self, message: str, retry_after_s: int) -> None:
+    def __init__(self, message: str, retry_after_s: int, lane: Lane) -> None:
         super().__init__(429, message, retry_after_s)
+        self.lane = lane  # the limit that refused it
 
 
 def refusal(lane: Lane, verdict: int, used: int, detail: float, now: float) -> OverQuota:
@@ -367,6 +370,7 @@ def refusal(lane: Lane, verdict: int, used: int, detail: float, now: float) -> O
         return OverQuota(
             f"{named} is used up: {used:,} requests in the last minute. Try again in {wait:,} s.",
             wait,
+            lane,
         )
     if verdict == 2:
         return OverQuota(
@@ -374,12 +378,14 @@ def refusal(lane: Lane, verdict: int, used: int, detail: float, now: float) -> O
             f"and the rest is held by {int(detail):,} request(s) still running. "
             f"Try again when they have finished.",
             1,
+            lane,
         )
     wait = max(1, math.ceil(lane.end - now))
     return OverQuota(
         f"{named} is used up: {used:,} used {since_words(lane.limit, lane.start)}. "
         f"Try again in {wait:,} s, when the window starts again.",
         wait,
+        lane,
     )
 
 
@@ -392,6 +398,7 @@ class Ticket:
 
     id: str
     token_lanes: list[Lane]
+    shadow_refusals: list[Lane] = field(default_factory=list)  # shadow limits it went over
 
 
 def size_estimate(body: dict[str, Any]) -> int:
@@ -455,8 +462,8 @@ class Quotas:
         if answer[0]:
             lane = lanes[int(answer[0]) - 1]
             raise refusal(lane, int(answer[1]), int(answer[2]), float(answer[3]), now)
-        for index in answer[1:]:
-            lane = lanes[int(index) - 1]
+        over_shadow = [lanes[int(index) - 1] for index in answer[1:]]
+        for lane in over_shadow:
             self.shadow_refused += 1
             log.info(
                 "quotas: %s's shadow quota of %s %s would have refused a request",
@@ -464,7 +471,7 @@ class Quotas:
                 f"{lane.value:,}",
                 LIMIT_WORDS[lane.limit],
             )
-        return Ticket(request_id, [lane for lane in lanes if not lane.counts_requests])
+        return Ticket(request_id, [lane for lane in lanes if not lane.counts_requests], over_shadow)
 
     def spend(self, ticket: Ticket | None, tokens: int) -> None:
         """The request has ended with these tokens: count them, in the background."""

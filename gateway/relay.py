@@ -17,12 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
-from gateway import errors, sse
+from gateway import conf, errors, sse
 from gateway.directory import Route, Upstream
 from gateway.errors import GatewayError
 from gateway.figures import Outcome
 from gateway.keys import Caller
-from gateway.quotas import Ticket
+from gateway.meter import METER, OPERATIONS, Where
+from gateway.quotas import OverQuota, Ticket
 from gateway.reassemble import Reassembly
 from gateway.usage import UsageEntry
 
@@ -113,6 +114,7 @@ class Flight:
         self.usage_tokens: int | None = None
         self.prompt_tokens: int | None = None  # the engine's, when it reports usage
         self.status = 200  # what the client gets (usage records)
+        self.usage_hidden = sse.UsageHidden() if call.hides_usage else None
         self.tail = b""
         self.failed = self.timed_out = self.ended = self.finished = False
         hub.picker.start(upstream)
@@ -214,14 +216,14 @@ class Flight:
             return errors.broke_off(str(error) or type(error).__name__)
         if not piece:
             self.end()
-            return None
+            return (self.usage_hidden.end() if self.usage_hidden else b"") or None
         self.last_at = time.monotonic()
         if self.call.path != EMBEDDINGS:
             self.count(piece)
         return self.relayed(piece)
 
     def relayed(self, piece: bytes) -> bytes:
-        return sse.without_usage(piece) if self.call.hides_usage else piece
+        return self.usage_hidden.relay(piece) if self.usage_hidden else piece
 
     def count(self, piece: bytes) -> None:
         self.chunks += sse.count_chunks(piece)
@@ -279,7 +281,8 @@ class Flight:
             outcome = self.outcome()
             self.hub.figures.record(outcome)
             self.hub.quotas.spend(self.ticket, outcome.tokens + (self.prompt_tokens or 0))
-            self.hub.usage.add(self.usage_entry())
+            if conf.usage_metering():
+                self.metered(outcome)
         if self.response is not None:
             # Read to the end, the connection goes back to the pool; otherwise closing it is
             # what cancels the request at the copy.
@@ -303,6 +306,16 @@ class Flight:
             tokens=generated if first is not None else 0,
             generation_s=(self.last_at or now) - first if first is not None else 0.0,
         )
+
+    def metered(self, outcome: Outcome) -> None:
+        """Its usage record, and this process's metrics (gateway/meter.py)."""
+        entry = self.usage_entry()
+        self.hub.usage.add(entry)
+        where = where_of(self.call, self.route)
+        METER.ended(
+            where, self.status, entry.prompt_tokens, entry.completion_tokens, entry.ttft_s,
+            entry.duration_s,
+        )  # fmt: skip
 
     def usage_entry(self) -> UsageEntry:
         """This request's usage record (gateway/usage.py), with the tokens the figures count."""
@@ -333,6 +346,27 @@ UPSTREAM_HEADERS = {
 }
 
 
+def where_of(call: Call, route: Route) -> Where:
+    operation = OPERATIONS.get(call.path, call.path)
+    return Where(route.team_id, route.team_name, route.name, operation, call.model)
+
+
+async def admitted(hub: Gateway, call: Call, route: Route) -> Ticket | None:
+    """The call counted in under its quotas, or refused (429); each refusal, shadow or not,
+    is counted in the metrics."""
+    try:
+        ticket = await hub.quotas.admit_call(
+            hub.directory.book, call.caller.key_id, route.team_id, route.id, call.body
+        )
+    except OverQuota as refused:
+        lane = refused.lane
+        METER.refused(where_of(call, route), lane.rule.scope, lane.limit, shadow=False)
+        raise
+    for lane in ticket.shadow_refusals if ticket is not None else ():
+        METER.refused(where_of(call, route), lane.rule.scope, lane.limit, shadow=True)
+    return ticket
+
+
 def upstream_body(call: Call, route: Route) -> bytes:
     """The client's body for the copy: the engine's own model name, and always a stream."""
     body = {**call.body, "model": route.served_name}
@@ -355,18 +389,16 @@ async def relay(hub: Gateway, call: Call, routes: list[Route]) -> Reply:
     to one other copy once."""
     tried: set[int] = set()
     ticket: Ticket | None = None
-    admitted = False
+    was_admitted = False
     for _attempt in range(2):
         chosen = hub.picker.choose(routes, tried)
         if chosen is None:
             break
         route, upstream = chosen
         tried.add(upstream.copy_id)
-        if not admitted:  # once per call, also when the first copy chosen cannot be reached
-            ticket = await hub.quotas.admit_call(
-                hub.directory.book, call.caller.key_id, route.team_id, route.id, call.body
-            )
-            admitted = True
+        if not was_admitted:  # once per call, also when the first copy chosen cannot be reached
+            ticket = await admitted(hub, call, route)
+            was_admitted = True
         try:
             return await Flight(hub, call, route, upstream, ticket).take_off()
         except Unreachable:

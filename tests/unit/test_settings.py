@@ -98,6 +98,7 @@ def test_good_settings_start():
         ("BERTH_GATEWAY_WAKE_HOLD", "0", "BERTH_GATEWAY_WAKE_HOLD=0 is outside 1..100000"),
         ("BERTH_USAGE_DAYS", "0", "BERTH_USAGE_DAYS=0 is outside 1..100000"),
         ("BERTH_USAGE_DAYS", "a year", "BERTH_USAGE_DAYS='a year' is not a whole number"),
+        ("BERTH_USAGE_METERING", "sometimes", "BERTH_USAGE_METERING='sometimes' is not a boolean"),
         ("BERTH_REPACK_BUDGET_MS", "5", "BERTH_REPACK_BUDGET_MS=5 is outside 10..60000"),
         ("BERTH_SWEEP_EVERY_S", "often", "BERTH_SWEEP_EVERY_S='often' is not a whole number"),
         ("BERTH_CPU_RESERVE_GIB", "-1", "BERTH_CPU_RESERVE_GIB=-1 is outside 0..4096"),
