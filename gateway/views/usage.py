@@ -12,6 +12,7 @@ import csv
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 from django.db.models import QuerySet
@@ -91,6 +92,7 @@ def usage(request: HttpRequest) -> HttpResponse:
         asked = read_asked(request.user, request.GET)
     except FilterRefused as refused:
         context["refusal"] = f"{refused.field}: {refused.message}"
+        context["refused_field"] = refused.field
         return render(request, "gateway/usage.html", context)
     items = items_for(request.user, asked)
     context.update(
@@ -178,7 +180,7 @@ def cost_section(user: Any, asked: Asked) -> dict[str, Any]:
 
 
 def cost_row(line: cost.Line, day: date) -> dict[str, Any]:
-    spent, tokens = line.cost_by_day.get(day, 0), line.tokens_by_day.get(day, 0)
+    spent, tokens = line.cost_by_day.get(day, Decimal(0)), line.tokens_by_day.get(day, 0)
     return {
         "day": day.isoformat(),
         "name": line.name,

@@ -219,6 +219,13 @@ def test_a_bad_filter_is_named_on_the_page(as_bob, query, words):
     assert (response.status_code, refusal(response)) == (200, words)
 
 
+def test_the_refused_field_is_marked_invalid_and_keeps_what_was_typed(as_bob):
+    page = as_bob.get("/usage/?from=yesterday").content.decode()
+    marked = re.findall(r'<(?:input|select)[^>]*name="(\w+)"[^>]*aria-invalid="true"', page)
+    assert marked == ["from"]
+    assert 'name="from" value="yesterday"' in page
+
+
 @pytest.mark.parametrize(("query", "words"), BAD_FILTERS)
 def test_a_bad_filter_refuses_the_csv_with_a_400(as_bob, query, words):
     response = as_bob.get(f"/usage/export.csv?{query}")
