@@ -114,6 +114,7 @@ class Flight:
         self.usage_tokens: int | None = None
         self.prompt_tokens: int | None = None  # the engine's, when it reports usage
         self.status = 200  # what the client gets (usage records)
+        self.usage_hidden = sse.UsageHidden() if call.hides_usage else None
         self.tail = b""
         self.failed = self.timed_out = self.ended = self.finished = False
         hub.picker.start(upstream)
@@ -215,14 +216,14 @@ class Flight:
             return errors.broke_off(str(error) or type(error).__name__)
         if not piece:
             self.end()
-            return None
+            return (self.usage_hidden.end() if self.usage_hidden else b"") or None
         self.last_at = time.monotonic()
         if self.call.path != EMBEDDINGS:
             self.count(piece)
         return self.relayed(piece)
 
     def relayed(self, piece: bytes) -> bytes:
-        return sse.without_usage(piece) if self.call.hides_usage else piece
+        return self.usage_hidden.relay(piece) if self.usage_hidden else piece
 
     def count(self, piece: bytes) -> None:
         self.chunks += sse.count_chunks(piece)

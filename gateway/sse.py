@@ -65,14 +65,52 @@ def usage_in(piece: bytes) -> int | None:
     return tokens if isinstance(tokens, int) else None
 
 
-def without_usage(piece: bytes) -> bytes:
-    """The piece less its usage-only events (choices empty), which a client that did not ask
-    for usage is not sent; an event cut at the piece's end is left as it is."""
-    if b'"usage":{' not in piece:
-        return piece
-    *complete, rest = piece.split(SEPARATOR)
-    kept = [event for event in complete if not usage_only(event)]
-    return SEPARATOR.join([*kept, rest])
+class UsageHidden:
+    """A stream relayed to a client that did not ask for usage, which the gateway asked of the
+    engine all the same (for the usage records): its usage-only events are left out. vLLM
+    stamps its system_fingerprint on the usage chunk when usage is asked for, on the terminal
+    chunk (the one with a finish_reason) when it is not; so the terminal event is held until
+    the usage event comes and given its fingerprint: the client reads what the engine would
+    have sent it. Only whole events are passed on (an event still arriving waits for its end)."""
+
+    def __init__(self) -> None:
+        self.rest = b""  # an event still arriving
+        self.terminal: bytes | None = None  # the terminal event, held for the usage's stamp
+
+    def relay(self, piece: bytes) -> bytes:
+        *complete, self.rest = (self.rest + piece).split(SEPARATOR)
+        kept: list[bytes] = []
+        for event in complete:
+            if b'"usage":{' in event and usage_only(event):
+                if self.terminal is not None:
+                    kept.append(stamped(self.terminal, event))
+                    self.terminal = None
+                continue
+            if self.terminal is not None:
+                kept.append(self.terminal)
+                self.terminal = None
+            if b'"finish_reason":"' in event:
+                self.terminal = event
+            else:
+                kept.append(event)
+        return b"".join(event + SEPARATOR for event in kept)
+
+    def end(self) -> bytes:
+        """What is still held when the stream ends (a stream cut short, or one without usage)."""
+        held = [self.terminal + SEPARATOR] if self.terminal is not None else []
+        self.terminal, rest, self.rest = None, self.rest, b""
+        return b"".join([*held, rest])
+
+
+def stamped(terminal: bytes, usage_event: bytes) -> bytes:
+    """The terminal event with the usage event's system_fingerprint, when it has one."""
+    usage = parse(event_data(usage_event) or b"")
+    chunk = parse(event_data(terminal) or b"")
+    fingerprint = usage.get("system_fingerprint") if isinstance(usage, dict) else None
+    if not fingerprint or not isinstance(chunk, dict):
+        return terminal
+    chunk["system_fingerprint"] = fingerprint
+    return DATA + b" " + json.dumps(chunk, separators=(",", ":")).encode()
 
 
 def usage_only(event: bytes) -> bool:

@@ -92,9 +92,9 @@ def test_an_unknown_flag_fails_for_good_with_its_own_words(kind, tiny, state_dir
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_missing_gguf_is_a_loading_failure_named_by_its_first_line(
-    kind, tiny, state_dir, tmp_path
+    kind, tiny, state_dir, engine_tmp
 ):
-    gone = tmp_path / "gone.gguf"
+    gone = engine_tmp / "gone.gguf"
     engine = start(kind, state_dir, tiny, llama_server(gone), {})
     failure = engine.failed_for_good(1)
     assert failure.code == ErrorCode.MODEL_LOADING_FAILURE
@@ -103,9 +103,9 @@ def test_a_missing_gguf_is_a_loading_failure_named_by_its_first_line(
     )
 
 
-def test_a_truncated_gguf_is_a_loading_failure(tiny, state_dir, tmp_path):
+def test_a_truncated_gguf_is_a_loading_failure(tiny, state_dir, engine_tmp):
     """The real engine only: the simulator does not read the file's tensors."""
-    cut = tmp_path / "cut.gguf"
+    cut = engine_tmp / "cut.gguf"
     shutil.copy(tiny / GGUF_FILE, cut)
     with cut.open("r+b") as file:
         file.truncate(cut.stat().st_size // 2)

@@ -169,9 +169,9 @@ def test_an_unknown_flag_fails_for_good_with_exit_code_2(kind, tiny, state_dir):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_missing_weights_are_a_loading_failure_named_by_the_root_cause(
-    kind, tiny, state_dir, tmp_path
+    kind, tiny, state_dir, engine_tmp
 ):
-    without = tmp_path / "no-weights"
+    without = engine_tmp / "no-weights"
     shutil.copytree(tiny, without)
     (without / "model.safetensors").unlink()
     (without / "tiny-llama-f32.gguf").unlink()
