@@ -67,6 +67,8 @@ NOT_PAGES = {
     "team_email_test": "POST only",
     "export_events": "a download (text/csv), not a page",
     "export_usage": "a download (text/csv), not a page",
+    "set_quota": "POST only (the keys and team pages hold its form)",
+    "remove_quota": "POST only",
     "deployment_bulk": "POST only (its answer, the confirmation page, lists the chosen rows)",
     "account_password": "POST only",
     "team_add_member": "POST only",

@@ -52,6 +52,10 @@ EVERY_PATH = {
     "/api/v1/keys",
     "/api/v1/keys/{key_id}/revoke",
     "/api/v1/events",
+    "/api/v1/usage",
+    "/api/v1/cost",
+    "/api/v1/quotas",
+    "/api/v1/quotas/{quota_id}",
 }
 
 
