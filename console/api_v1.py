@@ -37,10 +37,10 @@ from deployments.actions import ActionRefused
 from deployments.api import placement_router
 from deployments.api import router as deployments_router
 from deployments.transitions import IllegalTransition
-from gateway.quotas import QuotaRefused
-from gateway.quotas_api import router as quotas_router
 from gateway.api import router as usage_router
 from gateway.cost_api import router as cost_router
+from gateway.quotas import QuotaRefused
+from gateway.quotas_api import router as quotas_router
 
 DESCRIPTION = """Host and watch LLMs on your GPU clusters.
 
