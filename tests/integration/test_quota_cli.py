@@ -66,6 +66,5 @@ def test_two_subjects_are_refused_in_words(console, red):
                   "--tokens-per-day", "10")  # fmt: skip
     assert refused.returncode == 1
     assert (
-        "subject: a quota names exactly one of api_key, team or deployment, "
-        "not team and deployment"
+        "subject: a quota names exactly one of api_key, team or deployment, not team and deployment"
     ) in refused.stderr
