@@ -161,7 +161,7 @@ class Quota(models.Model):
     )
     tokens_per_day = models.PositiveBigIntegerField(null=True, blank=True)
     tokens_per_month = models.PositiveBigIntegerField(null=True, blank=True)
-    requests_per_minute = models.PositiveIntegerField(null=True, blank=True)
+    requests_per_minute = models.PositiveBigIntegerField(null=True, blank=True)
     tokens_per_minute = models.PositiveBigIntegerField(null=True, blank=True)
     shadow = models.BooleanField(
         default=False, help_text="only count and report what it would refuse; never refuse"

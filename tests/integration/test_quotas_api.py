@@ -53,6 +53,14 @@ def test_setting_again_replaces_the_quota(as_bob, red):
     assert (quota.tokens_per_day, quota.requests_per_minute) == (None, 5)
 
 
+def test_the_largest_limit_is_kept_for_every_limit(as_bob, red):
+    """Each limit is stored as wide as it is checked (10**15): requests per minute too."""
+    every = dict.fromkeys(Quota.LIMITS, 10**15)
+    assert post(as_bob, {"team": "red", **every}).status_code == 201
+    quota = Quota.objects.get(team=red)
+    assert [getattr(quota, limit) for limit in Quota.LIMITS] == [10**15] * 4
+
+
 def test_a_key_quota_on_the_callers_own_key_and_removing_it(as_bob, bob):
     key, _secret = ApiKey.issue(bob, "ci")
     response = post(as_bob, {"api_key": key.pk, "requests_per_minute": 3})
