@@ -166,6 +166,7 @@ def fix_the_table(engine_port: int) -> None:
     from console.models import hash_secret
     from gateway import directory, service
     from gateway.keys import Caller
+    from gateway.quotas import Book
 
     url = f"http://127.0.0.1:{engine_port}"
     upstream = directory.Upstream(1, 1, url, {"Authorization": f"Bearer {ENGINE_KEY}"})
@@ -183,6 +184,7 @@ def fix_the_table(engine_port: int) -> None:
     )
     table = directory.Table.of([route])
     service.load_table = lambda keys: table  # type: ignore[assignment]
+    service.load_book = Book  # no quotas: read with the table, from the database it has not
     caller = Caller(1, "bench", False, frozenset({1}))
     service.KEYS.known[hash_secret(CLIENT_KEY)] = (math.inf, caller)
 
