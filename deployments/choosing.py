@@ -25,10 +25,8 @@ from deployments.engine.variant_advice import (
 from deployments.fit_words import SIZE_CHOICES, size_text
 from deployments.models import Deployment
 from deployments.placing import first_reason, fit_check, placement_request
+from placement.fit import FRACTION_LADDER
 from placement.words import gib
-
-# The step between the shares placement suggests (placement/fit.py's FRACTION_LADDER).
-LADDER_STEP = Decimal("0.1")
 
 
 @dataclass(frozen=True)
@@ -90,12 +88,14 @@ def size_for(cluster: Cluster, model: Model, variant: Variant, settings: dict[st
 def smallest_usual_size(
     suggested: Decimal, cluster: Cluster, model: Model, variant: Variant, settings: dict[str, Any]
 ) -> Decimal:
-    """The first usual size from placement's suggestion up; placement suggests in tenths, so a
-    usual third just below it (0.333 for 0.4) is tried too."""
+    """The first usual size from placement's suggestion up; placement suggests from its own
+    ladder of shares, so a usual size between the rung that failed and the suggestion (0.333
+    between 0.3 and 0.4) is tried too."""
     usual = [Decimal(size) for size, _ in SIZE_CHOICES]
     above = [size for size in usual if size >= suggested]
     first = above[0] if above else suggested
-    for size in (size for size in usual if suggested - LADDER_STEP < size < first):
+    failed = max((Decimal(str(r)) for r in FRACTION_LADDER if r < suggested), default=Decimal(0))
+    for size in (size for size in usual if failed < size < first):
         request = placement_request(model, variant, settings, size, 1)
         if fit_check(cluster, request).fit_empty:
             return Decimal(size_text(size))
