@@ -47,15 +47,9 @@ class MinuteFigures(models.Model):
         return f"{self.deployment_name} at {self.minute:%Y-%m-%d %H:%M}: {self.requests} requests"
 
 
-class UsageRecord(models.Model):
-    """One request through the gateway: who asked (key, user, team), what served it and how much.
+class UsedBy(models.Model):
+    """Who used the gateway: a key, its user and the team served (emptied when deleted)."""
 
-    Written in batches by the gateway (gateway/usage.py), at most a second after the reply; kept
-    BERTH_USAGE_DAYS and rolled up per hour into UsageHour. Like MinuteFigures it outlives what it
-    names: a deleted key, user, team or deployment leaves its id empty and its name in place.
-    """
-
-    at = models.DateTimeField(help_text="when the request came in (UTC)")
     api_key = models.ForeignKey(
         "console.ApiKey", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
@@ -65,6 +59,20 @@ class UsageRecord(models.Model):
     team = models.ForeignKey(
         "console.Team", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
+
+    class Meta:
+        abstract = True
+
+
+class UsageRecord(UsedBy):
+    """One request through the gateway: who asked (key, user, team), what served it and how much.
+
+    Written in batches by the gateway (gateway/usage.py), at most a second after the reply; kept
+    BERTH_USAGE_DAYS and rolled up per hour into UsageHour. Like MinuteFigures it outlives what it
+    names: a deleted key, user, team or deployment leaves its id empty and its name in place.
+    """
+
+    at = models.DateTimeField(help_text="when the request came in (UTC)")
     deployment = models.ForeignKey(
         "deployments.Deployment",
         on_delete=models.SET_NULL,
@@ -99,20 +107,11 @@ class UsageRecord(models.Model):
         return f"{self.model} at {self.at:%Y-%m-%d %H:%M:%S}: {self.status}"
 
 
-class UsageHour(models.Model):
+class UsageHour(UsedBy):
     """One hour of usage records summed per key, user, team and deployment (gateway/usage.py
     rolls each finished hour up; the usage API reads these for whole hours)."""
 
     hour = models.DateTimeField(help_text="start of the hour (UTC)")
-    api_key = models.ForeignKey(
-        "console.ApiKey", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
-    )
-    user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
-    )
-    team = models.ForeignKey(
-        "console.Team", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
-    )
     deployment = models.ForeignKey(
         "deployments.Deployment",
         on_delete=models.SET_NULL,
