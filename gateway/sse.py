@@ -59,12 +59,6 @@ def count_chunks(piece: bytes | bytearray) -> int:
     return piece.count(b"data: {")
 
 
-def usage_in(piece: bytes) -> int | None:
-    """completion_tokens of a usage chunk in this piece, if there is one (it ends a stream)."""
-    tokens = (usage_of(piece) or {}).get("completion_tokens")
-    return tokens if isinstance(tokens, int) else None
-
-
 class UsageHidden:
     """A stream relayed to a client that did not ask for usage, which the gateway asked of the
     engine all the same (for the usage records): its usage-only events are left out. vLLM
