@@ -29,9 +29,10 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -234,21 +235,21 @@ class Lane:
     def counts_requests(self) -> bool:
         return self.limit == "requests_per_minute"
 
-    @property
+    @cached_property  # a lane is made once a minute and asked about on every request
     def counter(self) -> str:
         if self.counts_requests:
             return f"{prefix(self.rule.id)}:{self.limit}:log"
         return f"{prefix(self.rule.id)}:{self.limit}:{int(self.start)}"
 
-    @property
+    @cached_property
     def in_flight(self) -> str:
         return f"{prefix(self.rule.id)}:{self.limit}:in-flight"
 
-    @property
+    @cached_property
     def biggest(self) -> str:
         return f"{prefix(self.rule.id)}:{self.limit}:biggest"
 
-    @property
+    @cached_property
     def shadow_refusals(self) -> str:
         return shadow_key(self.rule.id, self.limit)
 
@@ -273,79 +274,139 @@ def lanes_of(rules: Iterable[Rule], now: float) -> list[Lane]:
     return lanes
 
 
-# Checks every lane, then counts the request in all of them or (refused) in none. Per lane the
-# keys are its counter, its set of requests in flight, its biggest request seen and its count
-# of shadow refusals; the arguments: now, the request's id, its own size estimate, then per
-# lane its kind (r: requests, t: tokens), limit, keep time and whether it is a shadow.
-# Returns {0, shadow lanes that would have refused...} or {lane, verdict, used, detail}:
-# verdict 1 the limit is used up (detail: the oldest request of the log), 2 the remainder is
-# reserved by the requests in flight (detail: how many).
+# The requests a gateway process asked about in one turn of its event loop, in one call: a
+# burst costs one round trip, and each lane's counters are read and written once however many
+# of the burst's requests it counts. The requests are still taken one after the other, each as
+# if it had come alone: every one of its lanes checked, then the request counted in all of them
+# or (refused) in none.
+#
+# The arguments: now and the number of lanes; per lane its kind (r: requests, t: tokens), limit,
+# keep time and whether it is a shadow; then the requests, in one argument (a burst's many
+# arguments would cost more to send than the script takes), one per line: its id, its own size
+# estimate and its lanes' numbers (comma-separated). The keys, per lane: its counter, its set
+# of requests in flight, its biggest request seen and its count of shadow refusals.
+#
+# The answer is one line per request: "0,room[,its shadow lanes that would have refused...]"
+# or "its lane,verdict,used,detail": verdict 1 the limit is used up (detail: the oldest request
+# of the log), 2 the remainder is reserved by the requests in flight (detail: how many). Room
+# is 1 while every limit that refuses is less than half used, counting the requests in flight
+# at the size seen. Lanes are numbered as the request's own lanes are.
 ADMIT = """
-local now, id, own = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
-local lanes = (#ARGV - 3) / 4
-local verdicts = {}
-local refused = 0
-for i = 1, lanes do
-  local kind, limit = ARGV[4 * i], tonumber(ARGV[4 * i + 1])
-  local counter, flying = KEYS[4 * i - 3], KEYS[4 * i - 2]
-  local verdict, used, detail = 0, 0, 0
-  if kind == 'r' then
-    redis.call('ZREMRANGEBYSCORE', counter, '-inf', now - 60)
-    used = redis.call('ZCARD', counter)
-    if used >= limit then
-      verdict = 1
-      detail = tonumber(redis.call('ZRANGE', counter, 0, 0, 'WITHSCORES')[2])
-    end
+local now, count = tonumber(ARGV[1]), tonumber(ARGV[2])
+local lanes = {}
+for i = 1, count do
+  local b, c = 3 + 4 * (i - 1), 4 * (i - 1)
+  local lane = {kind = ARGV[b], limit = tonumber(ARGV[b + 1]), keep = tonumber(ARGV[b + 2]),
+                shadow = ARGV[b + 3] == '1', log = KEYS[c + 1], flying = KEYS[c + 2],
+                refusals_key = KEYS[c + 4], added = {}, refusals = 0, in_flight = 0, size = 0}
+  if lane.kind == 'r' then
+    redis.call('ZREMRANGEBYSCORE', lane.log, '-inf', now - 60)
+    lane.used = redis.call('ZCARD', lane.log)
   else
-    used = tonumber(redis.call('GET', counter) or '0')
-    redis.call('ZREMRANGEBYSCORE', flying, '-inf', now - tonumber(ARGV[4 * i + 2]))
-    local in_flight = redis.call('ZCARD', flying)
-    local size = math.max(tonumber(redis.call('GET', KEYS[4 * i - 1]) or '0'), own)
-    if used >= limit then
-      verdict = 1
-    elseif in_flight > 0 and used + (in_flight + 1) * size > limit then
-      verdict, detail = 2, in_flight
+    lane.used = tonumber(redis.call('GET', KEYS[c + 1]) or '0')
+    redis.call('ZREMRANGEBYSCORE', lane.flying, '-inf', now - lane.keep)
+    lane.in_flight = redis.call('ZCARD', lane.flying)
+    lane.size = tonumber(redis.call('GET', KEYS[c + 3]) or '0')
+  end
+  lanes[i] = lane
+end
+
+local function verdict_of(lane, own)
+  if lane.kind == 'r' then
+    if lane.used >= lane.limit then
+      local oldest = redis.call('ZRANGE', lane.log, 0, 0, 'WITHSCORES')[2]
+      return 1, lane.used, tonumber(oldest or now), lane.used + 1 <= lane.limit / 2
+    end
+    return 0, lane.used, 0, lane.used + 1 <= lane.limit / 2
+  end
+  local held = lane.used + (lane.in_flight + 1) * math.max(lane.size, own)
+  local room = held <= lane.limit / 2
+  if lane.used >= lane.limit then return 1, lane.used, 0, room end
+  if lane.in_flight > 0 and held > lane.limit then return 2, lane.used, lane.in_flight, room end
+  return 0, lane.used, 0, room
+end
+
+local function admit(id, own, numbers)
+  local mine, over = {}, {}
+  local room = 1
+  for number in string.gmatch(numbers, '%d+') do
+    local lane = lanes[tonumber(number)]
+    table.insert(mine, lane)
+    local verdict, used, detail, roomy = verdict_of(lane, own)
+    if not lane.shadow then
+      if verdict > 0 then
+        return string.format('%d,%d,%d,%.3f', #mine, verdict, used, detail)
+      end
+      if not roomy then room = 0 end
+    end
+    over[#mine] = verdict > 0
+  end
+  local answer = {0, room}
+  for position, lane in ipairs(mine) do
+    table.insert(lane.added, id)
+    if lane.kind == 'r' then lane.used = lane.used + 1 else lane.in_flight = lane.in_flight + 1 end
+    if over[position] then
+      lane.refusals = lane.refusals + 1
+      table.insert(answer, position)
     end
   end
-  verdicts[i] = {verdict, used, detail}
-  if verdict > 0 and ARGV[4 * i + 3] == '0' and refused == 0 then refused = i end
+  return table.concat(answer, ',')
 end
-if refused > 0 then
-  local v = verdicts[refused]
-  return {refused, v[1], v[2], tostring(v[3])}
+
+local answers = {}
+for id, own, numbers in string.gmatch(ARGV[3 + 4 * count], '(%w+) (%d+) ([%d,]+)') do
+  table.insert(answers, admit(id, tonumber(own), numbers))
 end
-local result = {0}
-for i = 1, lanes do
-  local keep = tonumber(ARGV[4 * i + 2])
-  if ARGV[4 * i] == 'r' then
-    redis.call('ZADD', KEYS[4 * i - 3], now, id)
-    redis.call('EXPIRE', KEYS[4 * i - 3], keep)
-  else
-    redis.call('ZADD', KEYS[4 * i - 2], now, id)
-    redis.call('EXPIRE', KEYS[4 * i - 2], keep)
+
+for _, lane in ipairs(lanes) do
+  local log = lane.kind == 'r' and lane.log or lane.flying
+  for first = 1, #lane.added, 500 do
+    local members = {}
+    for i = first, math.min(first + 499, #lane.added) do
+      table.insert(members, now)
+      table.insert(members, lane.added[i])
+    end
+    redis.call('ZADD', log, unpack(members))
   end
-  if verdicts[i][1] > 0 then
-    redis.call('INCR', KEYS[4 * i])
-    redis.call('EXPIRE', KEYS[4 * i], 86400 * 31)
-    table.insert(result, i)
+  if #lane.added > 0 then redis.call('EXPIRE', log, lane.keep) end
+  if lane.refusals > 0 then
+    redis.call('INCRBY', lane.refusals_key, lane.refusals)
+    redis.call('EXPIRE', lane.refusals_key, 86400 * 31)
   end
 end
-return result
+return table.concat(answers, '\\n')
 """
 
-# A finished request of token lanes: its tokens added to each window, its reservation given
-# back, and the biggest request seen raised. Keys per lane: counter, in flight, biggest; the
-# arguments: the request's id, its tokens, then per lane the counter's keep time.
+# The requests that ended in one turn of the event loop, in one call: their tokens added to
+# their token lanes' windows, their reservations given back, and the biggest request seen
+# raised. The arguments: how long the biggest is kept and the number of lanes; per lane its
+# counter's keep time; then the requests in one argument, one per line: its id, its tokens and
+# its lanes' numbers (comma-separated). The keys, per lane: its counter, its set of requests in
+# flight, its biggest request seen.
 SPEND = """
-local id, tokens = ARGV[1], tonumber(ARGV[2])
-for i = 1, #KEYS / 3 do
-  if tokens > 0 then
-    redis.call('INCRBY', KEYS[3 * i - 2], tokens)
-    redis.call('EXPIRE', KEYS[3 * i - 2], tonumber(ARGV[2 + i]))
+local biggest_keep, count = ARGV[1], tonumber(ARGV[2])
+local lanes = {}
+for i = 1, count do lanes[i] = {tokens = 0, biggest = 0, ended = {}} end
+for id, spent, numbers in string.gmatch(ARGV[3 + count], '(%w+) (%d+) ([%d,]+)') do
+  local tokens = tonumber(spent)
+  for number in string.gmatch(numbers, '%d+') do
+    local lane = lanes[tonumber(number)]
+    lane.tokens = lane.tokens + tokens
+    lane.biggest = math.max(lane.biggest, tokens)
+    table.insert(lane.ended, id)
   end
-  redis.call('ZREM', KEYS[3 * i - 1], id)
-  if tokens > tonumber(redis.call('GET', KEYS[3 * i]) or '0') then
-    redis.call('SET', KEYS[3 * i], tokens, 'EX', ARGV[#ARGV])
+end
+for i, lane in ipairs(lanes) do
+  local c = 3 * (i - 1)
+  if lane.tokens > 0 then
+    redis.call('INCRBY', KEYS[c + 1], lane.tokens)
+    redis.call('EXPIRE', KEYS[c + 1], tonumber(ARGV[2 + i]))
+  end
+  for first = 1, #lane.ended, 500 do
+    redis.call('ZREM', KEYS[c + 2], unpack(lane.ended, first, math.min(first + 499, #lane.ended)))
+  end
+  if lane.biggest > tonumber(redis.call('GET', KEYS[c + 3]) or '0') then
+    redis.call('SET', KEYS[c + 3], lane.biggest, 'EX', biggest_keep)
   end
 end
 return 1
@@ -401,6 +462,20 @@ class Ticket:
     shadow_refusals: list[Lane] = field(default_factory=list)  # shadow limits it went over
 
 
+@dataclass
+class Asking:
+    """A request waiting for the next call to Redis to be admitted (or refused)."""
+
+    rules: tuple[Rule, ...]
+    own_size: int
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    lanes: list[Lane] = field(default_factory=list)  # as of the call's moment
+    at: float = 0.0  # that moment
+    answer: asyncio.Future[list[str] | None] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+
 def size_estimate(body: dict[str, Any]) -> int:
     """What a request may spend, from its own body: about 4 bytes a prompt token, and the
     completion it allows itself (none stated: nothing known)."""
@@ -411,13 +486,20 @@ def size_estimate(body: dict[str, Any]) -> int:
 
 
 class Quotas:
-    """The gateway process's side: admit a request against its quotas, spend its tokens."""
+    """The gateway process's side: admit a request against its quotas, spend its tokens.
+
+    Redis is asked once per turn of the event loop, for every request that came in that turn
+    (and told once about every request that ended): a burst of requests costs one round trip,
+    not one each, and the script still takes them one after the other."""
 
     def __init__(self) -> None:
-        self.book = Book()
         self.redis: aioredis.Redis | None = None
         self.scripts: dict[str, Any] = {}
-        self.spending: set[asyncio.Task[None]] = set()
+        self.asking: list[Asking] = []
+        self.ending: list[tuple[Ticket, int]] = []
+        self.calls: set[asyncio.Task[None]] = set()
+        self.lanes_by_minute: dict[tuple[Rule, ...], tuple[int, list[Lane]]] = {}
+        self.roomy: dict[tuple[Rule, ...], bool] = {}
         self.shadow_refused = 0
 
     def script(self, source: str) -> Any:
@@ -430,39 +512,46 @@ class Quotas:
             self.scripts[source] = self.redis.register_script(source)
         return self.scripts[source]
 
-    async def admit_call(
-        self, book: Book, key_id: int, team_id: int, deployment_id: int, body: dict[str, Any]
-    ) -> Ticket | None:
-        """Admit a call to a deployment under the quotas of its key, team and deployment."""
-        rules = book.rules_for(key_id, team_id, deployment_id)
-        if not rules:
-            return None
-        return await self.admit(rules, size_estimate(body))
+    def lanes(self, rules: tuple[Rule, ...], now: float) -> list[Lane]:
+        """The rules' lanes, made once a minute (every window starts on a minute; a request
+        lane's window slides, and its start and end are not used)."""
+        minute = int(now // 60)
+        made = self.lanes_by_minute.get(rules)
+        if made is None or made[0] != minute:
+            if len(self.lanes_by_minute) > 10_000:  # quotas of many keys come and go
+                self.lanes_by_minute.clear()
+                self.roomy.clear()
+            made = self.lanes_by_minute[rules] = (minute, lanes_of(rules, now))
+        return made[1]
 
-    async def admit(
-        self, rules: list[Rule], own_size: int, now: float | None = None
-    ) -> Ticket | None:
+    def in_background(self, call: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(call)
+        self.calls.add(task)
+        task.add_done_callback(self.calls.discard)
+
+    # ---------------------------------------------------------------- admitting
+
+    async def admit(self, rules: tuple[Rule, ...], own_size: int) -> Ticket | None:
         """Count the request in under these quotas, or refuse it (OverQuota, 429)."""
-        if not rules:
+        asking = Asking(rules, own_size)
+        self.asking.append(asking)
+        if len(self.asking) == 1:
+            asyncio.get_running_loop().call_soon(self.ask)
+        answer = await asking.answer
+        if answer is None:
             return None
-        now = time.time() if now is None else now
-        lanes = lanes_of(rules, now)
-        request_id = uuid.uuid4().hex
-        keys: list[str] = []
-        args: list[Any] = [now, request_id, own_size]
-        for lane in lanes:
-            keys += [lane.counter, lane.in_flight, lane.biggest, lane.shadow_refusals]
-            keep = lane.keep_s if lane.counts_requests else STALE_FLIGHT_S
-            args += ["r" if lane.counts_requests else "t", lane.value, keep, int(lane.rule.shadow)]
-        try:
-            answer = await self.script(ADMIT)(keys=keys, args=args)
-        except Exception:
-            log.warning("quotas: Redis cannot be reached; the request goes through", exc_info=True)
-            return None
-        if answer[0]:
-            lane = lanes[int(answer[0]) - 1]
-            raise refusal(lane, int(answer[1]), int(answer[2]), float(answer[3]), now)
-        over_shadow = [lanes[int(index) - 1] for index in answer[1:]]
+        refused_by = int(answer[0])
+        self.roomy[rules] = not refused_by and answer[1] == "1"
+        if refused_by:
+            lane = asking.lanes[refused_by - 1]
+            raise refusal(lane, int(answer[1]), int(answer[2]), float(answer[3]), asking.at)
+        return self.ticket(asking, [asking.lanes[int(index) - 1] for index in answer[2:]])
+
+    def has_room(self, rules: tuple[Rule, ...]) -> bool:
+        """Whether Redis's last answer here for these quotas left each less than half used."""
+        return self.roomy.get(rules, False)
+
+    def ticket(self, asking: Asking, over_shadow: list[Lane]) -> Ticket:
         for lane in over_shadow:
             self.shadow_refused += 1
             log.info(
@@ -471,27 +560,78 @@ class Quotas:
                 f"{lane.value:,}",
                 LIMIT_WORDS[lane.limit],
             )
-        return Ticket(request_id, [lane for lane in lanes if not lane.counts_requests], over_shadow)
+        token_lanes = [lane for lane in asking.lanes if not lane.counts_requests]
+        return Ticket(asking.id, token_lanes, over_shadow)
+
+    def ask(self) -> None:
+        """Ask Redis about every request that came in this turn of the event loop."""
+        batch, self.asking = self.asking, []
+        self.in_background(self.asked(batch))
+
+    async def asked(self, batch: list[Asking]) -> None:
+        now = time.time()
+        numbered: dict[str, int] = {}  # each lane once, by its counter, numbered from 1
+        keys: list[str] = []
+        lane_args: list[Any] = []
+        asked: list[Any] = []
+        for asking in batch:
+            asking.lanes, asking.at = self.lanes(asking.rules, now), now
+            for lane in asking.lanes:
+                if lane.counter not in numbered:
+                    numbered[lane.counter] = len(numbered) + 1
+                    keys += [lane.counter, lane.in_flight, lane.biggest, lane.shadow_refusals]
+                    keep = lane.keep_s if lane.counts_requests else STALE_FLIGHT_S
+                    kind = "r" if lane.counts_requests else "t"
+                    lane_args += [kind, lane.value, keep, int(lane.rule.shadow)]
+            numbers = ",".join(str(numbered[lane.counter]) for lane in asking.lanes)
+            asked.append(f"{asking.id} {asking.own_size} {numbers}")
+        args = [now, len(numbered), *lane_args, "\n".join(asked)]
+        try:
+            answered = await self.script(ADMIT)(keys=keys, args=args)
+            answers = [line.split(",") for line in answered.decode().split("\n")]
+        except Exception:
+            log.warning("quotas: Redis cannot be reached; %d request(s) go through",
+                        len(batch), exc_info=True)  # fmt: skip
+            answers = [None] * len(batch)
+        for asking, answer in zip(batch, answers, strict=True):
+            if not asking.answer.cancelled():
+                asking.answer.set_result(answer)
+            elif answer is not None and answer[0] == "0":  # its client left while it was asked
+                self.spend(self.ticket(asking, []), 0)
+
+    # ---------------------------------------------------------------- spending
 
     def spend(self, ticket: Ticket | None, tokens: int) -> None:
         """The request has ended with these tokens: count them, in the background."""
         if ticket is None or not ticket.token_lanes:
             return
-        task = asyncio.create_task(self.spent(ticket, tokens))
-        self.spending.add(task)
-        task.add_done_callback(self.spending.discard)
+        self.ending.append((ticket, max(0, tokens)))
+        if len(self.ending) == 1:
+            asyncio.get_running_loop().call_soon(self.tell)
 
-    async def spent(self, ticket: Ticket, tokens: int) -> None:
+    def tell(self) -> None:
+        """Tell Redis about every request that ended this turn of the event loop."""
+        batch, self.ending = self.ending, []
+        self.in_background(self.spent(batch))
+
+    async def spent(self, batch: list[tuple[Ticket, int]]) -> None:
+        numbered: dict[str, int] = {}
         keys: list[str] = []
         keeps: list[int] = []
-        for lane in ticket.token_lanes:
-            keys += [lane.counter, lane.in_flight, lane.biggest]
-            keeps.append(lane.keep_s)
+        ended: list[Any] = []
+        for ticket, tokens in batch:
+            for lane in ticket.token_lanes:
+                if lane.counter not in numbered:
+                    numbered[lane.counter] = len(numbered) + 1
+                    keys += [lane.counter, lane.in_flight, lane.biggest]
+                    keeps.append(lane.keep_s)
+            numbers = ",".join(str(numbered[lane.counter]) for lane in ticket.token_lanes)
+            ended.append(f"{ticket.id} {tokens} {numbers}")
+        args = [BIGGEST_KEEP_S, len(numbered), *keeps, "\n".join(ended)]
         try:
-            await self.script(SPEND)(
-                keys=keys, args=[ticket.id, max(0, tokens), *keeps, BIGGEST_KEEP_S]
-            )
+            await self.script(SPEND)(keys=keys, args=args)
         except Exception:
+            tokens = sum(tokens for _ticket, tokens in batch)
             log.warning("quotas: could not count %d tokens in Redis", tokens, exc_info=True)
 
 

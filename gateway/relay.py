@@ -23,7 +23,7 @@ from gateway.errors import GatewayError
 from gateway.figures import Outcome
 from gateway.keys import Caller
 from gateway.meter import METER, OPERATIONS, Where
-from gateway.quotas import OverQuota, Ticket
+from gateway.quotas import OverQuota, Rule, Ticket, size_estimate
 from gateway.reassemble import Reassembly
 from gateway.usage import UsageEntry
 
@@ -103,10 +103,10 @@ class Flight:
     """One request at one copy: its upstream response, its timings and its token count."""
 
     def __init__(
-        self, hub: Gateway, call: Call, route: Route, upstream: Upstream, ticket: Ticket | None
+        self, hub: Gateway, call: Call, route: Route, upstream: Upstream, admission: Admission
     ) -> None:
         self.hub, self.call, self.route, self.upstream = hub, call, route, upstream
-        self.ticket = ticket  # its admission under quotas, which its tokens are spent from
+        self.admission = admission  # under its quotas, which its tokens are spent from
         self.response: aiohttp.ClientResponse | None = None
         self.first_token_at: float | None = None
         self.last_at: float | None = None
@@ -122,16 +122,23 @@ class Flight:
     # ---------------------------------------------------------------- until the first token
 
     async def take_off(self) -> Reply:
-        """Connect, and wait for the first token within the reply wait."""
+        """Connect, and wait for the first token within the reply wait; nothing goes back to
+        the client before the call is admitted under its quotas."""
         try:
             async with asyncio.timeout(self.remaining()):
                 response = await self.connect()
                 if response.status != 200:
+                    await self.admission.ticket()
                     return await self.passed_through(response)
                 if self.call.path == EMBEDDINGS:
+                    await self.admission.ticket()
                     self.first_token_at = time.monotonic()
                     return Reply(200, content_type(response), b"", self.more, self.finish)
                 held = await self.to_first_token()
+                await self.admission.ticket()
+        except OverQuota:
+            await self.finish(record=False)  # refused: closing the upstream cancels it there
+            raise
         except TimeoutError:
             self.failed = self.timed_out = True
             self.status = 504
@@ -280,7 +287,7 @@ class Flight:
         if record:
             outcome = self.outcome()
             self.hub.figures.record(outcome)
-            self.hub.quotas.spend(self.ticket, outcome.tokens + (self.prompt_tokens or 0))
+            self.admission.spend(outcome.tokens + (self.prompt_tokens or 0))
             if conf.usage_metering():
                 self.metered(outcome)
         if self.response is not None:
@@ -351,13 +358,52 @@ def where_of(call: Call, route: Route) -> Where:
     return Where(route.team_id, route.team_name, route.name, operation, call.model)
 
 
-async def admitted(hub: Gateway, call: Call, route: Route) -> Ticket | None:
+class Admission:
+    """A call's admission under the quotas of its key, team and deployment.
+
+    Redis is asked while the call goes on to its copy, so that its answer (a round trip through
+    a busy event loop) is not added to the time to the first token; nothing goes back to the
+    client before it, and a refused call's upstream request is closed (cancelled at the copy).
+    Only where the last answer here for the same quotas left one of them half used or more does
+    the call wait for its answer before any copy sees it: a subject at its limit does not send
+    the requests it has refused on to the engines."""
+
+    def __init__(self, hub: Gateway, call: Call, route: Route) -> None:
+        self.hub = hub
+        self.rules = tuple(
+            hub.directory.book.rules_for(call.caller.key_id, route.team_id, route.id)
+        )
+        self.asked: asyncio.Future[Ticket | None] | None = None
+        if self.rules:
+            self.asked = asyncio.ensure_future(admitted(hub, call, route, self.rules))
+
+    @property
+    def must_wait(self) -> bool:
+        return self.asked is not None and not self.hub.quotas.has_room(self.rules)
+
+    async def ticket(self) -> Ticket | None:
+        """The call's ticket once admitted, or OverQuota (429). Shielded: a call that goes away
+        while Redis is asked leaves the answer to come, and its reservation is given back."""
+        return None if self.asked is None else await asyncio.shield(self.asked)
+
+    def spend(self, tokens: int) -> None:
+        """The call has ended with these tokens (an admission still being asked: once known)."""
+        asked = self.asked
+        if asked is None:
+            return
+        if not asked.done():
+            asked.add_done_callback(lambda _asked: self.spend(tokens))
+        elif not asked.cancelled() and asked.exception() is None:
+            self.hub.quotas.spend(asked.result(), tokens)
+
+
+async def admitted(
+    hub: Gateway, call: Call, route: Route, rules: tuple[Rule, ...]
+) -> Ticket | None:
     """The call counted in under its quotas, or refused (429); each refusal, shadow or not,
     is counted in the metrics."""
     try:
-        ticket = await hub.quotas.admit_call(
-            hub.directory.book, call.caller.key_id, route.team_id, route.id, call.body
-        )
+        ticket = await hub.quotas.admit(rules, size_estimate(call.body))
     except OverQuota as refused:
         lane = refused.lane
         METER.refused(where_of(call, route), lane.rule.scope, lane.limit, shadow=False)
@@ -388,22 +434,23 @@ async def relay(hub: Gateway, call: Call, routes: list[Route]) -> Reply:
     """Send the call to the copy with the fewest requests in flight; if it cannot be reached,
     to one other copy once."""
     tried: set[int] = set()
-    ticket: Ticket | None = None
-    was_admitted = False
+    admission: Admission | None = None
     for _attempt in range(2):
         chosen = hub.picker.choose(routes, tried)
         if chosen is None:
             break
         route, upstream = chosen
         tried.add(upstream.copy_id)
-        if not was_admitted:  # once per call, also when the first copy chosen cannot be reached
-            ticket = await admitted(hub, call, route)
-            was_admitted = True
+        if admission is None:  # once per call, also when the first copy chosen cannot be reached
+            admission = Admission(hub, call, route)
+            if admission.must_wait:
+                await admission.ticket()
         try:
-            return await Flight(hub, call, route, upstream, ticket).take_off()
+            return await Flight(hub, call, route, upstream, admission).take_off()
         except Unreachable:
             continue
-    hub.quotas.spend(ticket, 0)  # no copy took it: its reservation goes back
+    if admission is not None:
+        admission.spend(0)  # no copy took it: its reservation goes back
     failed_at = routes[0]
     hub.figures.record(Outcome(failed_at.id, failed_at.name, failed=True))
     if tried:

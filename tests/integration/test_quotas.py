@@ -38,7 +38,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
 NAMES = [
     "red-rpm", "red-shared", "red-shadow", "red-burst", "red-tokens", "red-token-burst",
-    "red-no-redis",
+    "red-no-redis", "red-at-limit",
 ]  # fmt: skip
 OVER_REQUESTS = re.compile(
     r'API key "tests"\'s quota of (\d+) requests per minute is used up: (\d+) requests in '
@@ -104,6 +104,26 @@ def test_a_key_over_its_requests_per_minute_gets_429_with_retry_after_and_the_qu
     assert words.group(1, 2) == ("3", "3")
     wait = int(refused.headers["retry-after"])
     assert words.group(3) == str(wait) and 1 <= wait <= 60
+
+
+def test_a_key_at_its_limit_sends_none_of_its_refused_requests_on_to_the_engine(
+    gateways, engine, bob, red
+):
+    """Redis is asked while a call goes on to its copy, except where the last answer left the
+    quota half used or more: from then on each call waits for its answer, and a refused one
+    never reaches the engine (which counts a request's prompt as it takes it in)."""
+    secret = key_with_quota(bob, requests_per_minute=4)
+    plain = ApiKey.issue(bob, "no quota")[1]
+    served("red-at-limit", red, engine, gateways, secret)
+    first = gateways[0]
+    finished, prompts = engine.finished(), engine.metric("vllm:prompt_tokens_total")
+    answers = [chat(first, secret, "red-at-limit") for _ in range(7)]
+    assert [answer.status_code for answer in answers] == [200] * 4 + [429] * 3
+    last = chat(first, plain, "red-at-limit")  # taken in after any refused call that got there
+    assert last.status_code == 200
+    wait_for(lambda: engine.finished() == finished + 5, 10, 0.05, "5 requests ended")
+    prompt_tokens = last.json()["usage"]["prompt_tokens"]
+    assert engine.metric("vllm:prompt_tokens_total") - prompts == 5 * prompt_tokens
 
 
 def test_two_gateway_processes_share_one_counter(gateways, engine, bob, red):
