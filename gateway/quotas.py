@@ -531,17 +531,20 @@ class Quotas:
 
     # ---------------------------------------------------------------- admitting
 
-    async def admit(self, rules: tuple[Rule, ...], own_size: int) -> Ticket | None:
-        """Count the request in under these quotas, or refuse it (OverQuota, 429)."""
+    def ask(self, rules: tuple[Rule, ...], own_size: int) -> Asking:
+        """Ask to count a request in under these quotas; its answer comes with the next call
+        to Redis (`answered` reads it)."""
         asking = Asking(rules, own_size)
         self.asking.append(asking)
         if len(self.asking) == 1:
-            asyncio.get_running_loop().call_soon(self.ask)
-        answer = await asking.answer
+            asyncio.get_running_loop().call_soon(self.send_asked)
+        return asking
+
+    def answered(self, asking: Asking, answer: list[str] | None) -> Ticket | None:
+        """The request's ticket, or OverQuota (429); None where Redis could not be asked."""
         if answer is None:
             return None
         refused_by = int(answer[0])
-        self.roomy[rules] = not refused_by and answer[1] == "1"
         if refused_by:
             lane = asking.lanes[refused_by - 1]
             raise refusal(lane, int(answer[1]), int(answer[2]), float(answer[3]), asking.at)
@@ -563,7 +566,7 @@ class Quotas:
         token_lanes = [lane for lane in asking.lanes if not lane.counts_requests]
         return Ticket(asking.id, token_lanes, over_shadow)
 
-    def ask(self) -> None:
+    def send_asked(self) -> None:
         """Ask Redis about every request that came in this turn of the event loop."""
         batch, self.asking = self.asking, []
         self.in_background(self.asked(batch))
@@ -594,6 +597,8 @@ class Quotas:
                         len(batch), exc_info=True)  # fmt: skip
             answers = [None] * len(batch)
         for asking, answer in zip(batch, answers, strict=True):
+            if answer is not None:
+                self.roomy[asking.rules] = answer[0] == "0" and answer[1] == "1"
             if not asking.answer.cancelled():
                 asking.answer.set_result(answer)
             elif answer is not None and answer[0] == "0":  # its client left while it was asked

@@ -23,7 +23,7 @@ from gateway.errors import GatewayError
 from gateway.figures import Outcome
 from gateway.keys import Caller
 from gateway.meter import METER, OPERATIONS, Where
-from gateway.quotas import OverQuota, Rule, Ticket, size_estimate
+from gateway.quotas import OverQuota, Ticket, size_estimate
 from gateway.reassemble import Reassembly
 from gateway.usage import UsageEntry
 
@@ -366,51 +366,56 @@ class Admission:
     client before it, and a refused call's upstream request is closed (cancelled at the copy).
     Only where the last answer here for the same quotas left one of them half used or more does
     the call wait for its answer before any copy sees it: a subject at its limit does not send
-    the requests it has refused on to the engines."""
+    the requests it has refused on to the engines. Each refusal, shadow or not, is counted in
+    the metrics."""
 
     def __init__(self, hub: Gateway, call: Call, route: Route) -> None:
-        self.hub = hub
-        self.rules = tuple(
-            hub.directory.book.rules_for(call.caller.key_id, route.team_id, route.id)
-        )
-        self.asked: asyncio.Future[Ticket | None] | None = None
-        if self.rules:
-            self.asked = asyncio.ensure_future(admitted(hub, call, route, self.rules))
+        self.quotas = hub.quotas
+        self.where = where_of(call, route)
+        rules = tuple(hub.directory.book.rules_for(call.caller.key_id, route.team_id, route.id))
+        self.asking = self.quotas.ask(rules, size_estimate(call.body)) if rules else None
+        self.known = False
+        self.settled: Ticket | OverQuota | None = None
 
     @property
     def must_wait(self) -> bool:
-        return self.asked is not None and not self.hub.quotas.has_room(self.rules)
+        return self.asking is not None and not self.quotas.has_room(self.asking.rules)
 
     async def ticket(self) -> Ticket | None:
-        """The call's ticket once admitted, or OverQuota (429). Shielded: a call that goes away
-        while Redis is asked leaves the answer to come, and its reservation is given back."""
-        return None if self.asked is None else await asyncio.shield(self.asked)
+        """The call's ticket once admitted, or OverQuota (429). A call that goes away while
+        Redis is asked cancels its question; its reservation, if made, is given back."""
+        if self.asking is None:
+            return None
+        if not self.known:
+            self.settle(await self.asking.answer)
+        if isinstance(self.settled, OverQuota):
+            raise self.settled
+        return self.settled
+
+    def settle(self, answer: list[str] | None) -> None:
+        assert self.asking is not None
+        self.known = True
+        try:
+            self.settled = self.quotas.answered(self.asking, answer)
+        except OverQuota as refused:
+            self.settled = refused
+            METER.refused(self.where, refused.lane.rule.scope, refused.lane.limit, shadow=False)
+            return
+        for lane in self.settled.shadow_refusals if self.settled is not None else ():
+            METER.refused(self.where, lane.rule.scope, lane.limit, shadow=True)
 
     def spend(self, tokens: int) -> None:
-        """The call has ended with these tokens (an admission still being asked: once known)."""
-        asked = self.asked
-        if asked is None:
+        """The call has ended with these tokens (an answer still to come: once it has)."""
+        asked = self.asking.answer if self.asking is not None else None
+        if asked is None or asked.cancelled():
             return
         if not asked.done():
             asked.add_done_callback(lambda _asked: self.spend(tokens))
-        elif not asked.cancelled() and asked.exception() is None:
-            self.hub.quotas.spend(asked.result(), tokens)
-
-
-async def admitted(
-    hub: Gateway, call: Call, route: Route, rules: tuple[Rule, ...]
-) -> Ticket | None:
-    """The call counted in under its quotas, or refused (429); each refusal, shadow or not,
-    is counted in the metrics."""
-    try:
-        ticket = await hub.quotas.admit(rules, size_estimate(call.body))
-    except OverQuota as refused:
-        lane = refused.lane
-        METER.refused(where_of(call, route), lane.rule.scope, lane.limit, shadow=False)
-        raise
-    for lane in ticket.shadow_refusals if ticket is not None else ():
-        METER.refused(where_of(call, route), lane.rule.scope, lane.limit, shadow=True)
-    return ticket
+            return
+        if not self.known:
+            self.settle(asked.result())
+        if isinstance(self.settled, Ticket):
+            self.quotas.spend(self.settled, tokens)
 
 
 def upstream_body(call: Call, route: Route) -> bytes:
