@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -45,6 +46,9 @@ EVENT_STREAM = [
 UNREACHABLE = (aiohttp.ClientConnectionError, ConnectionError)
 UPSTREAM_FAILED = (aiohttp.ClientError, ConnectionError)
 DONE_TAIL = b"data: [DONE]"
+# An embeddings response ends with its usage, after the vectors: the last bytes are kept for it.
+EMBEDDING_TAIL = 512
+PROMPT_TOKENS = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
 
 
 @dataclass
@@ -225,7 +229,9 @@ class Flight:
             self.end()
             return (self.usage_hidden.end() if self.usage_hidden else b"") or None
         self.last_at = time.monotonic()
-        if self.call.path != EMBEDDINGS:
+        if self.call.path == EMBEDDINGS:
+            self.tail = (self.tail + piece)[-EMBEDDING_TAIL:]
+        else:
             self.count(piece)
         return self.relayed(piece)
 
@@ -247,6 +253,8 @@ class Flight:
 
     def end(self) -> None:
         self.ended = True
+        if self.call.path == EMBEDDINGS:
+            self.prompt_tokens = embedding_prompt_tokens(self.tail)
         # A stream that stops without [DONE] was cut short (the engine died, say).
         if self.call.path != EMBEDDINGS and DONE_TAIL not in self.tail:
             self.failed = True
@@ -418,6 +426,12 @@ class Admission:
             self.quotas.spend(self.settled, tokens)
 
 
+def embedding_prompt_tokens(tail: bytes) -> int | None:
+    """The prompt's tokens from the end of an embeddings response, if it says."""
+    found = PROMPT_TOKENS.findall(tail)
+    return int(found[-1]) if found else None
+
+
 def upstream_body(call: Call, route: Route) -> bytes:
     """The client's body for the copy: the engine's own model name, and always a stream."""
     body = {**call.body, "model": route.served_name}
@@ -437,27 +451,53 @@ def content_type(response: aiohttp.ClientResponse) -> list[tuple[bytes, bytes]]:
 
 async def relay(hub: Gateway, call: Call, routes: list[Route]) -> Reply:
     """Send the call to the copy with the fewest requests in flight; if it cannot be reached,
-    to one other copy once."""
+    to one other copy once. A call refused before a copy answered (over a quota, no copy ready
+    or none reachable) has its usage record too, with its status and no copy."""
     tried: set[int] = set()
     admission: Admission | None = None
-    for _attempt in range(2):
-        chosen = hub.picker.choose(routes, tried)
-        if chosen is None:
-            break
-        route, upstream = chosen
-        tried.add(upstream.copy_id)
-        if admission is None:  # once per call, also when the first copy chosen cannot be reached
-            admission = Admission(hub, call, route)
-            if admission.must_wait:
-                await admission.ticket()
-        try:
-            return await Flight(hub, call, route, upstream, admission).take_off()
-        except Unreachable:
-            continue
+    route = routes[0]
+    try:
+        for _attempt in range(2):
+            chosen = hub.picker.choose(routes, tried)
+            if chosen is None:
+                break
+            route, upstream = chosen
+            tried.add(upstream.copy_id)
+            if admission is None:  # once per call, also when the first copy cannot be reached
+                admission = Admission(hub, call, route)
+                if admission.must_wait:
+                    await admission.ticket()
+            try:
+                return await Flight(hub, call, route, upstream, admission).take_off()
+            except Unreachable:
+                continue
+    except OverQuota as refused:
+        refused_before_a_copy(hub, call, route, refused.status)
+        raise
     if admission is not None:
         admission.spend(0)  # no copy took it: its reservation goes back
-    failed_at = routes[0]
-    hub.figures.record(Outcome(failed_at.id, failed_at.name, failed=True))
-    if tried:
-        raise errors.unreachable(call.model)
-    raise errors.no_copy_ready(call.model, [(r.name, r.state_label) for r in routes])
+    hub.figures.record(Outcome(route.id, route.name, failed=True))
+    error = (
+        errors.unreachable(call.model)
+        if tried
+        else errors.no_copy_ready(call.model, [(r.name, r.state_label) for r in routes])
+    )
+    refused_before_a_copy(hub, call, route, error.status)
+    raise error
+
+
+def refused_before_a_copy(hub: Gateway, call: Call, route: Route, status: int) -> None:
+    """The usage record (and the metrics) of a call no copy answered."""
+    if not conf.usage_metering():
+        return
+    took_s = time.monotonic() - call.started
+    hub.usage.add(
+        UsageEntry(
+            at=time.time() - took_s, key_id=call.caller.key_id or None,
+            user_id=call.caller.user_id, team_id=route.team_id, deployment_id=route.id,
+            deployment_name=route.name, copy_id=None, model=call.model, prompt_tokens=None,
+            completion_tokens=0, ttft_s=None, duration_s=took_s, status=status,
+        )
+    )  # fmt: skip
+    if status != 429:  # a quota's refusals are counted (by status too) as refusals
+        METER.ended(where_of(call, route), status, None, 0, None, took_s)

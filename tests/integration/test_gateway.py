@@ -713,6 +713,23 @@ def test_each_chat_is_recorded_with_its_tokens_key_and_team_within_a_second(
     assert UsageRecord.objects.filter(deployment=deployment).count() == 4
 
 
+def test_an_embedding_is_recorded_with_the_prompt_tokens_its_engine_counted(
+    gateway_url, engines, bob, red
+):
+    deployment = serving(factories.make_deployment("red-embed", red), engines["embed"].port)
+    secret = key_for(bob)
+    on_offer(gateway_url, secret, "red-embed")
+    body = {"model": "red-embed", "input": ["one two three", "four five"]}
+    answered = post(f"{gateway_url}/v1/embeddings", secret, body)
+    assert answered.status_code == 200
+    assert answered.json()["usage"]["prompt_tokens"] == 5
+    row = wait_for(
+        lambda: UsageRecord.objects.filter(deployment=deployment).first(), 5, 0.02,
+        "the embedding's usage record",
+    )  # fmt: skip
+    assert (row.prompt_tokens, row.completion_tokens, row.status) == (5, 0, 200)
+
+
 def test_a_gateway_that_stops_writes_the_usage_records_it_holds(servers, engines, bob, red):
     """A gateway that would write its records only once an hour still writes them as it stops."""
     deployment = serving(factories.make_deployment("red-metered", red), engines["a"].port)

@@ -18,7 +18,7 @@ import pytest
 
 from console.models import ApiKey
 from gateway import quotas
-from gateway.models import Quota
+from gateway.models import Quota, UsageRecord
 from tests import factories
 from tests.integration.test_gateway import (
     DEFAULT_WAIT_S,
@@ -104,6 +104,14 @@ def test_a_key_over_its_requests_per_minute_gets_429_with_retry_after_and_the_qu
     assert words.group(1, 2) == ("3", "3")
     wait = int(refused.headers["retry-after"])
     assert words.group(3) == str(wait) and 1 <= wait <= 60
+    # Refused before any copy saw it, it has its usage record all the same: no copy, no tokens.
+    row = wait_for(
+        lambda: UsageRecord.objects.filter(model="red-rpm", status=429).first(), 5, 0.02,
+        "the refused request's usage record",
+    )  # fmt: skip
+    assert (row.copy_id, row.prompt_tokens, row.completion_tokens) == (None, None, 0)
+    assert row.deployment_name == "red-rpm"
+    assert UsageRecord.objects.filter(model="red-rpm").count() == 4
 
 
 def test_a_key_at_its_limit_sends_none_of_its_refused_requests_on_to_the_engine(
