@@ -213,6 +213,27 @@ BAD_FILTERS = [
 ]
 
 
+def test_the_table_stops_at_500_rows_and_says_the_csv_has_them_all(as_bob, red_deployment):
+    UsageRecord.objects.bulk_create(
+        UsageRecord(
+            at=datetime(2026, 3, 1, tzinfo=UTC) + timedelta(hours=hour), team=red_deployment.team,
+            deployment=red_deployment, deployment_name="red-qwen", model="red-qwen",
+            prompt_tokens=1, completion_tokens=1, duration_s=1.0, status=200,
+        )
+        for hour in range(501)
+    )  # fmt: skip
+    query = "from=2026-03-01&to=2026-03-31&bucket=hour&group_by=deployment"
+    page = as_bob.get(f"/usage/?{query}")
+    assert len(table(page, "Usage")) == 500
+    assert (
+        "The table shows the first 500 of 501 rows; the charts and the CSV have them all."
+        in page.content.decode()
+    )
+    assert len(chart_data(page)["labels"]) == 501
+    exported = as_bob.get(f"/usage/export.csv?{query}")
+    assert len(exported.content.decode().strip().splitlines()) == 1 + 501
+
+
 @pytest.mark.parametrize(("query", "words"), BAD_FILTERS)
 def test_a_bad_filter_is_named_on_the_page(as_bob, query, words):
     response = as_bob.get(f"/usage/?{query}")
