@@ -476,6 +476,23 @@ class Asking:
     )
 
 
+class Numbering:
+    """The lanes of one call to Redis, each once (by its counter: two quotas' requests may
+    share one), numbered from 1 in the order they came."""
+
+    def __init__(self) -> None:
+        self.numbers: dict[str, int] = {}
+        self.lanes: list[Lane] = []
+
+    def of(self, lanes: list[Lane]) -> str:
+        """These lanes' numbers, comma-separated, as the scripts read them."""
+        for lane in lanes:
+            if lane.counter not in self.numbers:
+                self.lanes.append(lane)
+                self.numbers[lane.counter] = len(self.lanes)
+        return ",".join(str(self.numbers[lane.counter]) for lane in lanes)
+
+
 def size_estimate(body: dict[str, Any]) -> int:
     """What a request may spend, from its own body: about 4 bytes a prompt token, and the
     completion it allows itself (none stated: nothing known)."""
@@ -573,22 +590,19 @@ class Quotas:
 
     async def asked(self, batch: list[Asking]) -> None:
         now = time.time()
-        numbered: dict[str, int] = {}  # each lane once, by its counter, numbered from 1
-        keys: list[str] = []
-        lane_args: list[Any] = []
-        asked: list[Any] = []
+        numbering = Numbering()
+        asked = []
         for asking in batch:
             asking.lanes, asking.at = self.lanes(asking.rules, now), now
-            for lane in asking.lanes:
-                if lane.counter not in numbered:
-                    numbered[lane.counter] = len(numbered) + 1
-                    keys += [lane.counter, lane.in_flight, lane.biggest, lane.shadow_refusals]
-                    keep = lane.keep_s if lane.counts_requests else STALE_FLIGHT_S
-                    kind = "r" if lane.counts_requests else "t"
-                    lane_args += [kind, lane.value, keep, int(lane.rule.shadow)]
-            numbers = ",".join(str(numbered[lane.counter]) for lane in asking.lanes)
-            asked.append(f"{asking.id} {asking.own_size} {numbers}")
-        args = [now, len(numbered), *lane_args, "\n".join(asked)]
+            asked.append(f"{asking.id} {asking.own_size} {numbering.of(asking.lanes)}")
+        keys: list[str] = []
+        lane_args: list[Any] = []
+        for lane in numbering.lanes:
+            keys += [lane.counter, lane.in_flight, lane.biggest, lane.shadow_refusals]
+            keep = lane.keep_s if lane.counts_requests else STALE_FLIGHT_S
+            kind = "r" if lane.counts_requests else "t"
+            lane_args += [kind, lane.value, keep, int(lane.rule.shadow)]
+        args = [now, len(numbering.lanes), *lane_args, "\n".join(asked)]
         try:
             answered = await self.script(ADMIT)(keys=keys, args=args)
             answers = [line.split(",") for line in answered.decode().split("\n")]
@@ -620,19 +634,15 @@ class Quotas:
         self.in_background(self.spent(batch))
 
     async def spent(self, batch: list[tuple[Ticket, int]]) -> None:
-        numbered: dict[str, int] = {}
+        numbering = Numbering()
+        ended = [
+            f"{ticket.id} {tokens} {numbering.of(ticket.token_lanes)}" for ticket, tokens in batch
+        ]
         keys: list[str] = []
-        keeps: list[int] = []
-        ended: list[Any] = []
-        for ticket, tokens in batch:
-            for lane in ticket.token_lanes:
-                if lane.counter not in numbered:
-                    numbered[lane.counter] = len(numbered) + 1
-                    keys += [lane.counter, lane.in_flight, lane.biggest]
-                    keeps.append(lane.keep_s)
-            numbers = ",".join(str(numbered[lane.counter]) for lane in ticket.token_lanes)
-            ended.append(f"{ticket.id} {tokens} {numbers}")
-        args = [BIGGEST_KEEP_S, len(numbered), *keeps, "\n".join(ended)]
+        for lane in numbering.lanes:
+            keys += [lane.counter, lane.in_flight, lane.biggest]
+        keeps = [lane.keep_s for lane in numbering.lanes]
+        args = [BIGGEST_KEEP_S, len(numbering.lanes), *keeps, "\n".join(ended)]
         try:
             await self.script(SPEND)(keys=keys, args=args)
         except Exception:

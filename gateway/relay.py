@@ -334,24 +334,40 @@ class Flight:
 
     def usage_entry(self) -> UsageEntry:
         """This request's usage record (gateway/usage.py), with the tokens the figures count."""
-        took_s = time.monotonic() - self.call.started
         outcome = self.outcome()
-        caller = self.call.caller
-        return UsageEntry(
-            at=time.time() - took_s,
-            key_id=caller.key_id or None,
-            user_id=caller.user_id,
-            team_id=self.route.team_id,  # whose deployment served it: the team it is used in
-            deployment_id=self.route.id,
-            deployment_name=self.route.name,
-            copy_id=self.upstream.copy_id,
-            model=self.call.model,
-            prompt_tokens=self.prompt_tokens,
-            completion_tokens=outcome.tokens,
+        return usage_entry(
+            self.call, self.route, self.status, copy_id=self.upstream.copy_id,
+            prompt_tokens=self.prompt_tokens, completion_tokens=outcome.tokens,
             ttft_s=outcome.ttft_s,
-            duration_s=took_s,
-            status=self.status,
-        )
+        )  # fmt: skip
+
+
+def usage_entry(
+    call: Call,
+    route: Route,
+    status: int,
+    copy_id: int | None = None,
+    prompt_tokens: int | None = None,
+    completion_tokens: int = 0,
+    ttft_s: float | None = None,
+) -> UsageEntry:
+    """A call's usage record: who called, whose deployment served it, and how it went."""
+    took_s = time.monotonic() - call.started
+    return UsageEntry(
+        at=time.time() - took_s,
+        key_id=call.caller.key_id or None,
+        user_id=call.caller.user_id,
+        team_id=route.team_id,  # whose deployment served it: the team it is used in
+        deployment_id=route.id,
+        deployment_name=route.name,
+        copy_id=copy_id,
+        model=call.model,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        ttft_s=ttft_s,
+        duration_s=took_s,
+        status=status,
+    )
 
 
 UPSTREAM_HEADERS = {
@@ -490,14 +506,7 @@ def refused_before_a_copy(hub: Gateway, call: Call, route: Route, status: int) -
     """The usage record (and the metrics) of a call no copy answered."""
     if not conf.usage_metering():
         return
-    took_s = time.monotonic() - call.started
-    hub.usage.add(
-        UsageEntry(
-            at=time.time() - took_s, key_id=call.caller.key_id or None,
-            user_id=call.caller.user_id, team_id=route.team_id, deployment_id=route.id,
-            deployment_name=route.name, copy_id=None, model=call.model, prompt_tokens=None,
-            completion_tokens=0, ttft_s=None, duration_s=took_s, status=status,
-        )
-    )  # fmt: skip
+    entry = usage_entry(call, route, status)
+    hub.usage.add(entry)
     if status != 429:  # a quota's refusals are counted (by status too) as refusals
-        METER.ended(where_of(call, route), status, None, 0, None, took_s)
+        METER.ended(where_of(call, route), status, None, 0, None, entry.duration_s)
