@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import date, datetime
 from decimal import Decimal
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -201,6 +201,10 @@ def usage(
     return Request(
         "GET", "/usage", given(group_by=group_by, bucket=bucket, **{"from": since, "to": until})
     )
+
+
+def cost(group_by: str | None, first: date | str | None, last: date | str | None) -> Request:
+    return Request("GET", "/cost", given(group_by=group_by, **{"from": first, "to": last}))
 
 
 def settled(current: Deployment) -> bool:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Iterator
-from datetime import datetime
+from datetime import date, datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -28,7 +28,7 @@ from berth_sdk.catalog import AsyncModels, Models
 from berth_sdk.clusters import AsyncClusters, Clusters
 from berth_sdk.errors import BerthError
 from berth_sdk.quotas import AsyncQuotas, Quotas
-from berth_sdk.results import Identity, UsageRow
+from berth_sdk.results import CostReport, Identity, UsageRow
 from berth_sdk.serving import AsyncServing, Serving
 
 if TYPE_CHECKING:
@@ -115,6 +115,19 @@ class BerthClient:
         request = calls.usage(group_by, since, until, bucket)
         return pages(self._transport, request, UsageRow.from_api)
 
+    def cost(
+        self,
+        group_by: str | None = None,
+        *,
+        since: date | str | None = None,
+        until: date | str | None = None,
+    ) -> CostReport:
+        """What the GPU (and CPU) room deployments held cost at the admin's prices, per
+        `group_by` ("deployment", the default, or "team") and UTC day, from the day `since` to
+        the day `until`, both included (the last week when left out), costliest first. Your
+        operated teams' (everyone's, for platform admins)."""
+        return CostReport.from_api(self._transport.send(calls.cost(group_by, since, until)))
+
     def gateway_url(self) -> str:
         """The OpenAI-compatible gateway's address, ending in /v1."""
         if self._gateway_url is None:
@@ -189,6 +202,16 @@ class AsyncBerthClient:
         request = calls.usage(group_by, since, until, bucket)
         async for row in async_pages(self._transport, request, UsageRow.from_api):
             yield row
+
+    async def cost(
+        self,
+        group_by: str | None = None,
+        *,
+        since: date | str | None = None,
+        until: date | str | None = None,
+    ) -> CostReport:
+        """The cost of the room deployments held; see BerthClient.cost."""
+        return CostReport.from_api(await self._transport.send(calls.cost(group_by, since, until)))
 
     async def gateway_url(self) -> str:
         """The OpenAI-compatible gateway's address, ending in /v1."""

@@ -11,7 +11,7 @@ import dataclasses
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 GIB = 2**30
@@ -59,10 +59,11 @@ def moment(value: Any) -> datetime | None:
 
 
 def plain(value: Any) -> Any:
-    """A result as JSON-ready data: dataclasses as dicts, times in ISO 8601, states as text."""
+    """A result as JSON-ready data: dataclasses as dicts, days and times in ISO 8601, states as
+    text."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, datetime):
+    if isinstance(value, date):  # a datetime too
         return value.isoformat()
     if isinstance(value, enum.Enum):
         return value.value
@@ -307,6 +308,77 @@ class UsageRow:
             prompt_tokens=int(data.get("prompt_tokens", 0)),
             completion_tokens=int(data.get("completion_tokens", 0)),
             mean_ttft_s=data.get("mean_ttft_s"),
+        )
+
+
+def day_of(value: Any) -> date:
+    return date.fromisoformat(str(value))
+
+
+def money(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+@dataclass(frozen=True)
+class CostDay:
+    """One UTC day of a deployment's or team's cost."""
+
+    day: date
+    cost: float  # in the report's currency
+    tokens: int  # prompt and completion tokens served that day
+    cost_per_million_tokens: float | None  # None: no tokens served
+
+    @classmethod
+    def from_api(cls, data: Json) -> CostDay:
+        return cls(
+            day=day_of(data["day"]),
+            cost=float(data.get("cost", 0.0)),
+            tokens=int(data.get("tokens", 0)),
+            cost_per_million_tokens=money(data.get("cost_per_million_tokens")),
+        )
+
+
+@dataclass(frozen=True)
+class CostItem:
+    """What the room one deployment's (or team's) copies held cost over the report's days."""
+
+    id: int | None  # None: the deployment or team is gone (its name is kept)
+    name: str
+    cost: float
+    tokens: int
+    cost_per_million_tokens: float | None
+    unpriced: list[str]  # what it held that has no price yet, counted as 0
+    days: list[CostDay]  # the days with a cost or tokens, oldest first
+
+    @classmethod
+    def from_api(cls, data: Json) -> CostItem:
+        return cls(
+            id=data.get("id"),
+            name=str(data.get("name", "")),
+            cost=float(data.get("cost", 0.0)),
+            tokens=int(data.get("tokens", 0)),
+            cost_per_million_tokens=money(data.get("cost_per_million_tokens")),
+            unpriced=[str(name) for name in data.get("unpriced", [])],
+            days=[CostDay.from_api(day) for day in data.get("days", [])],
+        )
+
+
+@dataclass(frozen=True)
+class CostReport:
+    """The cost of the room deployments held, per deployment or team, costliest first."""
+
+    currency: str
+    first_day: date  # the API's `from`
+    last_day: date  # its `to`, included
+    items: list[CostItem]
+
+    @classmethod
+    def from_api(cls, data: Json) -> CostReport:
+        return cls(
+            currency=str(data.get("currency", "")),
+            first_day=day_of(data["from"]),
+            last_day=day_of(data["to"]),
+            items=[CostItem.from_api(item) for item in data.get("items", [])],
         )
 
 
@@ -579,7 +651,9 @@ class Machine:
     ready: bool
     gpu_count: int
     gpu_memory_gb: float
-    gpus: list[Gpu]
+    gpus: list[Gpu]  # a CPU machine's one accelerator, of vendor "cpu", is no GPU
+    cpu_cores: int = 0  # a machine that hosts on its CPU: its cores
+    cpu_memory_gb: float = 0.0  # and the memory it gives engines
 
     @classmethod
     def from_api(cls, data: Json) -> Machine:
@@ -589,6 +663,8 @@ class Machine:
             gpu_count=int(data.get("gpu_count", 0)),
             gpu_memory_gb=float(data.get("gpu_memory_gb", 0.0)),
             gpus=[Gpu.from_api(gpu) for gpu in data.get("gpus", [])],
+            cpu_cores=int(data.get("cpu_cores", 0)),
+            cpu_memory_gb=float(data.get("cpu_memory_gb", 0.0)),
         )
 
 
@@ -608,6 +684,10 @@ class Cluster:
     last_seen: datetime | None
     machines: list[Machine]
     free: list[dict[str, Any]] | None = None
+    gpu_count: int = 0  # its machines' GPUs together (a CPU is not one)
+    cpu_machines: int = 0  # its machines that host on their CPU
+    cpu_cores: int = 0  # their cores together
+    cpu_memory_gb: float = 0.0  # the memory they give engines
 
     @classmethod
     def from_api(cls, data: Json) -> Cluster:
@@ -624,6 +704,10 @@ class Cluster:
             last_seen=moment(data.get("last_seen")),
             machines=[Machine.from_api(machine) for machine in data.get("machines", [])],
             free=list(free) if free is not None else None,
+            gpu_count=int(data.get("gpu_count", 0)),
+            cpu_machines=int(data.get("cpu_machines", 0)),
+            cpu_cores=int(data.get("cpu_cores", 0)),
+            cpu_memory_gb=float(data.get("cpu_memory_gb", 0.0)),
         )
 
 

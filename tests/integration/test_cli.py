@@ -19,6 +19,7 @@ from console.models import ApiKey
 from deployments.choices import DeploymentState
 from deployments.models import Deployment
 from tests.integration.conftest import QWEN, Console
+from tests.integration.test_cost import stopped_and_priced
 from tests.integration.test_lifecycle import state_of
 from tests.processes import wait_for
 
@@ -130,6 +131,51 @@ def test_deploy_follows_to_deployed_in_plain_lines_then_every_command_works(bert
     assert Deployment.objects.filter(name="cli-qwen").exists()
     deleted = run(berth_console, "delete", "cli-qwen", "--yes")
     assert deleted.returncode == 0 and "Deleting cli-qwen" in deleted.stdout
+
+
+def test_cost_gives_each_deployment_its_cost_and_cost_per_million_tokens(berth_console, red):
+    deployment = stopped_and_priced(red)
+    days = ("--from", "2026-03-01", "--to", "2026-03-02")
+    answered = run(berth_console, "cost", *days, "--output", "json")
+    assert answered.returncode == 0, answered.stderr
+    assert json.loads(answered.stdout) == {
+        "currency": "USD",
+        "first_day": "2026-03-01",
+        "last_day": "2026-03-02",
+        "items": [
+            {
+                "id": deployment.pk,
+                "name": "priced",
+                "cost": 3.0,
+                "tokens": 1_500_000,
+                "cost_per_million_tokens": 2.0,
+                "unpriced": [],
+                "days": [
+                    {"day": "2026-03-02", "cost": 3.0, "tokens": 1_500_000,
+                     "cost_per_million_tokens": 2.0}
+                ],
+            }
+        ],
+    }  # fmt: skip
+    table = run(berth_console, "cost", *days, "--group-by", "team").stdout.splitlines()
+    assert table[0] == "Cost from 2026-03-01 to 2026-03-02 (UTC), in USD:"
+    assert [line.split() for line in table[1:]] == [
+        ["TEAM", "COST", "TOKENS", "PER", "1M", "TOKENS", "UNPRICED"],
+        ["red", "3.00", "1500000", "2.00", "-"],
+    ]
+    none = run(berth_console, "cost", "--from", "2026-02-01", "--to", "2026-02-02")
+    assert none.stdout.strip() == "No room held from 2026-02-01 to 2026-02-02."
+
+    backwards = run(berth_console, "cost", "--from", "2026-03-05", "--to", "2026-03-01")
+    assert backwards.returncode == 1
+    assert backwards.stderr.strip() == (
+        "berth: the console refused (HTTP 400) [from]: from: 2026-03-05 is after to "
+        "(2026-03-01); give a from on or before to"
+    )
+    unknown = run(berth_console, "cost", "--group-by", "region")
+    assert unknown.returncode == 2 and "'region' is not one of 'deployment', 'team'" in (
+        unknown.stderr
+    )
 
 
 def test_a_failed_or_timed_out_deploy_exits_3_or_4_with_the_reason(berth_console):

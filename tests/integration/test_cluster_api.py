@@ -7,6 +7,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from berth_sdk import results as sdk
 from django.test import Client
 
 from clusters.models import Accelerator, Cluster, Machine, SharingClass
@@ -83,6 +84,20 @@ def test_a_cpu_machine_counts_its_cores_and_memory_and_no_gpu(carol):
     counts = {k: machine[k] for k in ("gpu_count", "gpu_memory_gb", "cpu_cores", "cpu_memory_gb")}
     assert counts == {"gpu_count": 0, "gpu_memory_gb": 0.0, "cpu_cores": 16, "cpu_memory_gb": 24.0}
     assert [(a["vendor"], a["memory_gb"]) for a in machine["gpus"]] == [("cpu", 24.0)]
+
+    read = sdk.Cluster.from_api(body)  # and the SDK keeps every one of these figures
+    assert (read.gpu_count, read.cpu_machines, read.cpu_cores, read.cpu_memory_gb) == (
+        0,
+        1,
+        16,
+        24.0,
+    )
+    (sdk_machine,) = read.machines
+    assert (sdk_machine.gpu_count, sdk_machine.cpu_cores, sdk_machine.cpu_memory_gb) == (
+        0,
+        16,
+        24.0,
+    )
 
 
 def test_the_list_counts_a_gpu_clusters_gpus_and_a_cpu_clusters_cpu_machines(carol):

@@ -12,7 +12,9 @@ from django.core.exceptions import ValidationError
 
 from clusters.models import Accelerator, Price, PriceUnit
 from deployments import placing
-from deployments.models import HeldRoom, Reservation, record_held
+from deployments.choices import DeploymentState
+from deployments.models import Deployment, HeldRoom, Reservation, record_held
+from deployments.transitions import move_deployment
 from gateway import cost
 from gateway.models import UsageRecord
 from tests import factories
@@ -43,6 +45,23 @@ def served(deployment, at: datetime, prompt: int | None, completion: int) -> Non
         duration_s=1.0,
         status=200,
     )
+
+
+def stopped_and_priced(team) -> Deployment:
+    """A stopped deployment whose half an H100, at 2.00 an hour, was held for 3 hours on
+    2026-03-02 (3.00) and served 1.5M tokens (2.00 per 1M): what the SDK and CLI tests read
+    back through a running console."""
+    Price.objects.create(unit=PriceUnit.GPU_HOUR, product=H100, per_hour=Decimal("2.00"))
+    deployment = factories.make_deployment("priced", team, copies_wanted=0)
+    for state in (DeploymentState.STOPPING, DeploymentState.STOPPED):
+        move_deployment(deployment.pk, state)
+    HeldRoom.objects.create(
+        reservation_id=1, deployment=deployment, deployment_name=deployment.name, team=team,
+        copy_ordinal=0, product=H100, vendor="nvidia", gpus=Decimal("0.5"),
+        held_from=T0, held_until=T0 + timedelta(hours=3),
+    )  # fmt: skip
+    served(deployment, T0 + timedelta(hours=1), 1_000_000, 500_000)
+    return deployment
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ import queue
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import date
 
 import pytest
 from berth_sdk import (
@@ -16,6 +17,8 @@ from berth_sdk import (
     BerthAPIError,
     BerthClient,
     BerthError,
+    CostDay,
+    CostItem,
     DeploymentFailedError,
     DeploymentStatus,
     DeploymentTimeoutError,
@@ -27,6 +30,7 @@ from deployments.choices import DeploymentState, ErrorCode
 from deployments.models import Deployment
 from deployments.placing import estimate
 from tests.integration.conftest import QWEN, Console
+from tests.integration.test_cost import stopped_and_priced
 from tests.integration.test_lifecycle import on_this_server, simulated_cluster
 from tests.processes import wait_for
 
@@ -82,6 +86,26 @@ def test_deploy_model_waits_for_deployed_or_returns_at_once_and_logs_follow_a_ch
         assert [(r.name, r.requests, r.prompt_tokens, r.completion_tokens) for r in rows] == [
             ("sdk tests", 1, 8, 8)
         ]
+
+
+def test_cost_reads_each_deployments_cost_per_day_and_refuses_a_bad_range(berth_console, red):
+    deployment = stopped_and_priced(red)
+    with berth_console.client() as client:
+        report = client.cost(since=date(2026, 3, 1), until="2026-03-02")
+        assert (report.currency, report.first_day, report.last_day) == (
+            "USD", date(2026, 3, 1), date(2026, 3, 2),
+        )  # fmt: skip
+        assert report.items == [
+            CostItem(deployment.pk, "priced", 3.0, 1_500_000, 2.0, [],
+                     [CostDay(date(2026, 3, 2), 3.0, 1_500_000, 2.0)])
+        ]  # fmt: skip
+        by_team = client.cost("team", since="2026-03-02", until="2026-03-02")
+        assert [(item.name, item.cost) for item in by_team.items] == [("red", 3.0)]
+        with pytest.raises(BerthAPIError) as refused:
+            client.cost(group_by="region")
+        assert (refused.value.status_code, refused.value.field, refused.value.message) == (
+            400, "group_by", "group_by: 'region' is not one of deployment, team",
+        )  # fmt: skip
 
 
 def test_two_models_hosted_with_defaults_share_one_gpu_and_both_answer(berth_console):
