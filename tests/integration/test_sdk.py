@@ -5,6 +5,7 @@ Real web server, worker, beat, watcher and gateway on the test database; simulat
 
 from __future__ import annotations
 
+import asyncio
 import queue
 import threading
 from collections.abc import Iterator
@@ -13,12 +14,14 @@ from datetime import date
 
 import pytest
 from berth_sdk import (
+    AsyncBerthClient,
     Autoscaling,
     BerthAPIError,
     BerthClient,
     BerthError,
     CostDay,
     CostItem,
+    CostReport,
     DeploymentFailedError,
     DeploymentStatus,
     DeploymentTimeoutError,
@@ -106,6 +109,12 @@ def test_cost_reads_each_deployments_cost_per_day_and_refuses_a_bad_range(berth_
         assert (refused.value.status_code, refused.value.field, refused.value.message) == (
             400, "group_by", "group_by: 'region' is not one of deployment, team",
         )  # fmt: skip
+
+    async def awaited() -> CostReport:
+        async with AsyncBerthClient(base_url=berth_console.url, api_key=berth_console.key) as api:
+            return await api.cost(since="2026-03-01", until="2026-03-02")
+
+    assert asyncio.run(awaited()) == report
 
 
 def test_two_models_hosted_with_defaults_share_one_gpu_and_both_answer(berth_console):
