@@ -96,6 +96,7 @@ def add_serve_flags(serve: argparse.ArgumentParser) -> None:
     add("--kv-cache-dtype", choices=KV_CACHE_DTYPES, default="auto")
     add("--kv-cache-memory-bytes", type=human_readable_int, default=0)
     add("--block-size", type=int, default=16)
+    add("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=None)
     add("--max-num-seqs", type=int, default=None)
     add("--max-num-batched-tokens", type=human_readable_int, default=None)
     add("--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=None)

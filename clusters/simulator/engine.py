@@ -83,6 +83,7 @@ from clusters.simulator.config import ConfigFailure, Resolved, gpu_state, next_a
 from clusters.simulator.contract import SettingsError, SimSettings, build_env, serve_argv
 from clusters.simulator.memory import GIB, MemoryPlan, StartupFailure, gib
 from clusters.simulator.metrics import EngineMetrics
+from clusters.simulator.prefix_cache import PrefixCache
 from clusters.simulator.scheduler import Scheduler
 from clusters.simulator.server import ROUTES, EngineState, make_app, uvicorn_access_logger
 from clusters.simulator.vlog import API, CORE, VllmLog
@@ -396,7 +397,7 @@ class Engine:
             "cache_dtype": shape.kv_cache_dtype,
             "gpu_memory_utilization": str(shape.gpu_memory_utilization),
             "num_gpu_blocks": str(plan.num_gpu_blocks),
-            "enable_prefix_caching": "True",
+            "enable_prefix_caching": str(self.prefix_caching(resolved)),
         }
         metrics = EngineMetrics(self.names[0], plan.max_model_len, cache_info)
         scheduler = Scheduler(shape.max_num_seqs, plan.num_gpu_blocks, shape.block_size, metrics)
@@ -415,7 +416,15 @@ class Engine:
             scheduler=scheduler,
             metrics=metrics,
             log=self.log,
+            prefix_cache=PrefixCache(
+                shape.block_size, plan.num_gpu_blocks, self.prefix_caching(resolved)
+            ),
         )
+
+    def prefix_caching(self, resolved: Resolved) -> bool:
+        """On unless --no-enable-prefix-caching, as in vLLM V1; a pooling model's is off."""
+        asked = self.ns.enable_prefix_caching
+        return not resolved.pooling if asked is None else bool(asked) and not resolved.pooling
 
     async def _serve(self, resolved: Resolved, plan: MemoryPlan, sock: socket.socket) -> int:
         self.state = self._build_state(resolved, plan)

@@ -13,7 +13,7 @@ import hashlib
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
@@ -25,6 +25,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from clusters.simulator import text
 from clusters.simulator.contract import SimSettings
 from clusters.simulator.metrics import EngineMetrics, FinishedRequest
+from clusters.simulator.prefix_cache import PrefixCache
 from clusters.simulator.scheduler import Scheduler
 from clusters.simulator.vlog import VllmLog
 
@@ -47,6 +48,7 @@ class EngineState:
     scheduler: Scheduler
     metrics: EngineMetrics
     log: VllmLog
+    prefix_cache: PrefixCache
     dead: bool = False
     created: int = field(default_factory=lambda: int(time.time()))
 
@@ -155,13 +157,16 @@ class Generation:
     finish_reason: str
     n: int
     max_tokens: int
+    prompt: tuple[str, ...] = ()  # its tokens, for the prefix cache (a batch's: none)
 
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.tokens * self.n
 
 
-def plan_generation(state: EngineState, body: dict[str, Any], prompt_tokens: int) -> Generation:
+def plan_generation(
+    state: EngineState, body: dict[str, Any], prompt_tokens: int, prompt: Sequence[str] = ()
+) -> Generation:
     max_tokens = positive_int(body, "max_completion_tokens", None)
     max_tokens = max_tokens or positive_int(body, "max_tokens", None)
     n = positive_int(body, "n", 1) or 1
@@ -171,7 +176,8 @@ def plan_generation(state: EngineState, body: dict[str, Any], prompt_tokens: int
     if body.get("ignore_eos"):
         wanted = limit + 1  # vLLM's ignore_eos: run to max_tokens
     tokens = max(1, min(wanted, limit))
-    return Generation(prompt_tokens, tokens, "length" if wanted > limit else "stop", n, limit)
+    finish = "length" if wanted > limit else "stop"
+    return Generation(prompt_tokens, tokens, finish, n, limit, tuple(prompt))
 
 
 def first_token_delay(state: EngineState, prompt_tokens: int) -> float:
@@ -240,7 +246,10 @@ async def generate(
     try:
         async with state.scheduler.admit(generation.prompt_tokens, generation.total_tokens) as q:
             tracker.queue_s = q
-            first_at = time.monotonic() + first_token_delay(state, generation.prompt_tokens)
+            cached = state.prefix_cache.take(generation.prompt)
+            state.metrics.prefix_hits.inc(cached)
+            prefill = generation.prompt_tokens - cached
+            first_at = time.monotonic() + first_token_delay(state, prefill)
             if emit is None:
                 await produce_silently(state, tracker, first_at)
             else:
@@ -474,7 +483,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     messages = body.get("messages")
     if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
         raise ApiError(400, "messages must be a list of message objects.")
-    generation = plan_generation(state, body, text.count_chat_tokens(messages))
+    tokens = text.chat_tokens(messages)
+    generation = plan_generation(state, body, len(tokens), tokens)
     request_id = f"chatcmpl-{uuid.uuid4().hex}"
     if body.get("stream"):
         return await stream_chat(request, state, generation, request_id)
@@ -526,8 +536,9 @@ async def completions(request: web.Request) -> web.StreamResponse:
     for count in counts:
         plan_generation(state, body, count)  # each prompt must fit on its own
     single = plan_generation(state, body, max(counts))
+    cacheable = tuple(text.prompt_tokens(prompts[0])) if len(prompts) == 1 else ()
     generation = Generation(sum(counts), single.tokens, single.finish_reason,
-                            single.n * len(prompts), single.max_tokens)  # fmt: skip
+                            single.n * len(prompts), single.max_tokens, cacheable)  # fmt: skip
     request_id = f"cmpl-{uuid.uuid4().hex}"
     if body.get("stream"):
         return await stream_completion(request, state, generation, request_id)

@@ -21,12 +21,14 @@ FILLER = (
     "The quick brown fox jumps over the lazy dog while the simulated engine streams "
     "deterministic filler words so that gateways and dashboards can be tested without a GPU ."
 ).split()
-TOKENS_PER_MESSAGE = 4  # <|im_start|>role\n … <|im_end|>\n
-TOKENS_FOR_REPLY = 3  # <|im_start|>assistant\n
 
 
 def count_tokens(text: str) -> int:
     return len(_TOKEN.findall(text))
+
+
+def tokens_of(text: str) -> list[str]:
+    return _TOKEN.findall(text)
 
 
 def content_text(content: Any) -> str:
@@ -40,10 +42,26 @@ def content_text(content: Any) -> str:
 
 
 def count_chat_tokens(messages: Sequence[dict[str, Any]]) -> int:
-    tokens = TOKENS_FOR_REPLY
+    return len(chat_tokens(messages))
+
+
+def chat_tokens(messages: Sequence[dict[str, Any]]) -> list[str]:
+    """The chat template's tokens: each message framed by its role (4 tokens:
+    <|im_start|>role\n … <|im_end|>), then the reply's opening (3: <|im_start|>assistant\n).
+    The prefix cache hashes them: two chats share blocks as far as their messages agree."""
+    tokens: list[str] = []
     for message in messages:
-        tokens += TOKENS_PER_MESSAGE + count_tokens(content_text(message.get("content")))
-    return tokens
+        role = str(message.get("role", ""))
+        tokens += ["<|im_start|>", role, "\n", *tokens_of(content_text(message.get("content")))]
+        tokens.append("<|im_end|>")
+    return [*tokens, "<|im_start|>", "assistant", "\n"]
+
+
+def prompt_tokens(prompt: Any) -> list[str]:
+    """A completions prompt's tokens: its words, or its token ids as given."""
+    if isinstance(prompt, str):
+        return tokens_of(prompt)
+    return [str(token) for token in prompt]
 
 
 def count_prompt_tokens(prompt: Any) -> int:

@@ -351,6 +351,31 @@ def test_metrics_parse_and_their_counters_grow_with_traffic(chat_sim: Sim) -> No
     assert sample(after, "vllm:request_success_total", finished_reason="length", **name) >= 1
 
 
+def test_the_prefix_cache_hits_the_blocks_two_chats_share_and_counts_them_in_tokens(
+    chat_sim: Sim,
+) -> None:
+    system = {"role": "system", "content": " ".join(f"w{i}" for i in range(100))}
+    name = {"model_name": "small-chat"}
+
+    def hits_and_queries(user: str) -> tuple[float, float]:
+        before = scrape(chat_sim)
+        client(chat_sim).chat.completions.create(
+            model="qwen", messages=[system, {"role": "user", "content": user}], max_tokens=2
+        )
+        after = scrape(chat_sim)
+        return tuple(  # type: ignore[return-value]
+            sample(after, metric, **name) - sample(before, metric, **name)
+            for metric in ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total")
+        )
+
+    # 113 tokens: the system message's 104 and the user's 6 (4 of framing), then 3 of the reply's.
+    assert hits_and_queries("alpha beta") == (0, 113)
+    # The first 107 tokens agree (up to the user's words): 6 whole blocks of 16.
+    assert hits_and_queries("gamma delta") == (96, 113)
+    # All of it again: every whole block but the last token's, 7 blocks.
+    assert hits_and_queries("alpha beta") == (112, 113)
+
+
 def test_hundreds_of_concurrent_streams_are_paced_not_serialised(chat_sim: Sim) -> None:
     """300 streams of 20 tokens at 100 tokens/s: each takes ~0.2 s, so together well under
     a few seconds on one core — and never faster than the pace."""
