@@ -298,6 +298,14 @@ GATEWAY_REPLY_WAIT_S = env_int("BERTH_REPLY_WAIT_S", 180, low=10, high=1800)
 GATEWAY_MAX_BODY_MIB = env_int("BERTH_GATEWAY_MAX_BODY_MIB", 8, low=1, high=1024)
 GATEWAY_KEY_CONCURRENT = env_int("BERTH_GATEWAY_KEY_CONCURRENT", 256, low=1, high=100_000)
 GATEWAY_KEY_PER_MINUTE = env_int("BERTH_GATEWAY_KEY_PER_MINUTE", 6000, low=1, high=10_000_000)
+# Routing (gateway/routing.py): a copy holding a request's prefix or session is passed over
+# when it has this many requests in flight more than the least loaded copy; the prefix index of
+# each gateway process is bounded in entries and in memory (the least recently used go first).
+GATEWAY_ROUTING_MARGIN = env_int("BERTH_ROUTING_LOAD_MARGIN", 4, low=0, high=10_000)
+GATEWAY_PREFIX_INDEX_ENTRIES = env_int(
+    "BERTH_PREFIX_INDEX_ENTRIES", 200_000, low=100, high=100_000_000
+)
+GATEWAY_PREFIX_INDEX_MIB = env_int("BERTH_PREFIX_INDEX_MIB", 64, low=1, high=65_536)
 # Requests one gateway process holds for an idle deployment while it wakes (more: 503).
 GATEWAY_WAKE_HOLD = env_int("BERTH_GATEWAY_WAKE_HOLD", 100, low=1, high=100_000)
 # Usage records (gateway/usage.py) are kept this many days, then deleted with their hours.

@@ -25,6 +25,7 @@ from deployments.choices import (
     CopyState,
     DeploymentState,
     EventKind,
+    RoutingPolicy,
 )
 from deployments.engine.settings import EngineSettingsError, validate_settings
 from deployments.engine.variant_advice import why_it_cannot_run
@@ -139,6 +140,14 @@ def parse_reply_wait(raw: Any) -> int | None:
     return wait
 
 
+def parse_routing(raw: Any) -> str:
+    if raw not in RoutingPolicy.values:
+        raise ActionRefused(
+            f"{raw!r} is not a routing policy: use {', '.join(RoutingPolicy.values)}", "routing"
+        )
+    return str(raw)
+
+
 def plain_name(name: Any) -> str:
     # fullmatch: re.match's "$" lets a trailing newline through, which JSON Schema's does not.
     if (
@@ -216,6 +225,7 @@ class HostRequest:
     engine_settings: Any = None
     chat_name: Any = ""
     reply_wait_s: Any = None
+    routing: Any = RoutingPolicy.LEAST_LOADED
     revision: str = ""
     autoscaling: Any = None  # the API's object (deployments/autoscaling.py reads it)
     movable: bool = True  # False: re-packing never moves its copies
@@ -234,6 +244,7 @@ def host(actor: Any, request: HostRequest) -> Deployment:
         "engine_settings": checked_settings(request.engine_settings, request.cluster),
         "chat_name": check_chat_name(request.chat_name, name),
         "reply_wait_s": parse_reply_wait(request.reply_wait_s),
+        "routing": parse_routing(request.routing),
         "movable": request.movable is not False,
         "make_room": parse_allow_moves(request.allow_moves),
     }
@@ -448,6 +459,24 @@ def set_reply_wait(actor: Any, deployment: Deployment, seconds: Any) -> Done:
         )
     words = f"A reply must now start within {wait} s." if wait else "Reply wait: the default."
     return Done(Deployment.objects.get(pk=deployment.pk), words)
+
+
+def set_routing(actor: Any, deployment: Deployment, policy: Any) -> Done:
+    """How the gateway picks a copy from now on; the copies go on serving as they are."""
+    routing = RoutingPolicy(parse_routing(policy))
+    with transaction.atomic():
+        Deployment.objects.filter(pk=deployment.pk).update(routing=routing)
+        record(deployment, actor, f"Routing: {routing.label.lower()} ({routing.value})")
+    words = f"Requests are now routed {ROUTED_BY[routing]}."
+    return Done(Deployment.objects.get(pk=deployment.pk), words)
+
+
+# How a routing policy is put in words after "Requests are now routed".
+ROUTED_BY = {
+    RoutingPolicy.LEAST_LOADED: "to the copy with the fewest in flight",
+    RoutingPolicy.PREFIX: "to the copy that last served the prompt's beginning, load permitting",
+    RoutingPolicy.SESSION: "to the copy each session used last, load permitting",
+}
 
 
 def stop(actor: Any, deployment: Deployment) -> Done:

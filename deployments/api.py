@@ -37,6 +37,7 @@ from deployments.api_input import (
     FitCheckIn,
     HostIn,
     ReplyWaitIn,
+    RoutingIn,
     ScaleIn,
 )
 from deployments.choices import CopyState
@@ -120,6 +121,7 @@ class DeploymentOut(Schema):
     engine_settings: dict[str, Any]
     chat_name: str
     reply_wait_s: int | None
+    routing: str = Field(description="least_loaded, prefix or session (POST …/routing)")
     state: str
     last_message: str
     last_checked_at: datetime | None
@@ -354,6 +356,7 @@ def deployment_out(deployment: Deployment, spent: cost.DeploymentCost) -> dict[s
         "engine_settings": deployment.engine_settings,
         "chat_name": deployment.chat_name,
         "reply_wait_s": deployment.reply_wait_s,
+        "routing": deployment.routing,
         "state": deployment.state,
         "last_message": deployment.last_message,
         "last_checked_at": deployment.last_checked_at,
@@ -468,6 +471,7 @@ def host(request: HttpRequest, payload: HostIn) -> Status[dict[str, Any]]:
         engine_settings=payload.engine_settings,
         chat_name=payload.chat_name,
         reply_wait_s=payload.reply_wait_s,
+        routing=payload.routing,
         revision=payload.revision,
         autoscaling=policy_of(payload.autoscaling),
         movable=payload.movable,
@@ -634,6 +638,12 @@ def set_reply_wait(request: HttpRequest, id: int, payload: ReplyWaitIn) -> dict[
     return operate(
         request, id, lambda d: actions.set_reply_wait(request.user, d, payload.reply_wait_s)
     )
+
+
+@router.post("/deployments/{int:id}/routing", response={200: DeploymentOut, **ERRORS})
+def set_routing(request: HttpRequest, id: int, payload: RoutingIn) -> dict[str, Any]:
+    """How the gateway picks a copy for each request; the copies go on serving as they are."""
+    return operate(request, id, lambda d: actions.set_routing(request.user, d, payload.routing))
 
 
 @router.post("/deployments/{int:id}/engine-settings", response={202: DeploymentOut, **ERRORS})

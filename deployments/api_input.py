@@ -22,6 +22,7 @@ from console.api_schema import StrictSchema, Text, Whole
 from console.models import SLUG_PATTERN
 from deployments import actions, autoscaling
 from deployments.actions import ActionRefused
+from deployments.choices import RoutingPolicy
 from deployments.engine import settings as engine_settings
 from deployments.models import MOST_COPIES, REPLY_WAIT_MAX_S, REPLY_WAIT_MIN_S
 
@@ -121,6 +122,15 @@ ReplyWait = Annotated[
     Field(json_schema_extra={"minimum": REPLY_WAIT_MIN_S, "maximum": REPLY_WAIT_MAX_S}),
 ]
 REPLY_WAIT_HELP = f"{REPLY_WAIT_MIN_S} to {REPLY_WAIT_MAX_S} s; null: the gateway's default"
+Routing = Annotated[
+    str, ruled(actions.parse_routing), Field(json_schema_extra={"enum": RoutingPolicy.values})
+]
+ROUTING_HELP = (
+    "how the gateway picks a copy: least_loaded (the fewest requests in flight), prefix (the "
+    "copy that last served the prompt's beginning, whose engine still caches it) or session "
+    "(the copy the request's session used: its X-Berth-Session header, else `user`); prefix "
+    "and session give way to load"
+)
 DeploymentName = Annotated[
     str,
     ruled(actions.plain_name),
@@ -239,6 +249,7 @@ class HostIn(StrictSchema):
     engine_settings: EngineSettings = Field(default_factory=dict, description=SETTINGS_HELP)
     chat_name: ChatName = Field("", description=CHAT_NAME_HELP)
     reply_wait_s: ReplyWait | None = Field(None, description=REPLY_WAIT_HELP)
+    routing: Routing = Field(RoutingPolicy.LEAST_LOADED.value, description=ROUTING_HELP)
     revision: Revision = Field("", description="a branch, tag or commit on Hugging Face")
     autoscaling: AutoscalingIn | None = Field(
         None, description="scale by itself between bounds; `copies` is then the starting number"
@@ -261,6 +272,10 @@ class ChatNameIn(StrictSchema):
 
 class ReplyWaitIn(StrictSchema):
     reply_wait_s: ReplyWait | None = Field(description=REPLY_WAIT_HELP)
+
+
+class RoutingIn(StrictSchema):
+    routing: Routing = Field(description=ROUTING_HELP)
 
 
 class EngineSettingsIn(StrictSchema):

@@ -102,6 +102,14 @@ class MachineFilesState(StateChoices):
 MACHINE_FILES_IN_PROGRESS = frozenset({MachineFilesState.QUEUED, MachineFilesState.COPYING})
 
 
+class RoutingPolicy(models.TextChoices):
+    """How the gateway picks a ready copy for a request (gateway/routing.py)."""
+
+    LEAST_LOADED = "least_loaded", "Least loaded"
+    PREFIX = "prefix", "Prefix-aware"
+    SESSION = "session", "Session affinity"
+
+
 class ErrorCode(models.TextChoices):
     NO_FIT = "NoFitError", "Does not fit"
     OOM = "OOM", "Out of memory"

@@ -31,6 +31,7 @@ from deployments.choices import (
     MachineFilesState,
     MoveState,
     NotificationEvent,
+    RoutingPolicy,
 )
 from deployments.guard import StateGuardedModel
 from placement.words import percent_of
@@ -79,6 +80,11 @@ class Deployment(StateGuardedModel):
         null=True,
         blank=True,
         validators=[MinValueValidator(REPLY_WAIT_MIN_S), MaxValueValidator(REPLY_WAIT_MAX_S)],
+    )
+    # How the gateway picks a copy: the least loaded, the one that served the prompt's prefix
+    # last, or the one a session has used (gateway/routing.py).
+    routing = models.CharField(
+        max_length=16, choices=RoutingPolicy.choices, default=RoutingPolicy.LEAST_LOADED
     )
     notices = models.JSONField(default=list, blank=True, editable=False)
     state = StateField(DeploymentState, default=DeploymentState.REQUESTED, editable=False)

@@ -30,6 +30,7 @@ from gateway.meter import METER
 from gateway.metrics import access_changes, limits_text
 from gateway.metrics import text as metrics_text
 from gateway.relay import JSON, RELAYED, Call, Reply, error_reply
+from gateway.routing import SESSION_HEADER, index_metrics
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -122,7 +123,8 @@ async def prepare(scope: Scope, body: Body) -> Call | Reply:
             return await service.current().models(caller)
         if not caller.may_chat:
             raise errors.read_key_cannot_chat()
-        return Call(path, await parsed(await body.read(conf.max_body_bytes())), caller)
+        parsed_body = await parsed(await body.read(conf.max_body_bytes()))
+        return Call(path, parsed_body, caller, header(scope, SESSION_HEADER.encode()))
     except GatewayError as error:
         return error_reply(error)
 
@@ -261,6 +263,7 @@ async def metrics(
             text += access_changes(service.KEYS.access_changes_seen)
             text += limits_text(service.LIMITS.refused)
             text += METER.text(caller)
+            text += index_metrics(*service.ROUTING_INDEXES)
         reply = Reply(200, PROMETHEUS, text.encode())
     await send_reply(reply, send)
 

@@ -16,7 +16,13 @@ from django.conf import settings
 from clusters.backends.kubernetes.manifests import DEFAULT_PORT, object_name
 from clusters.backends.ray.dashboard import node_address
 from clusters.models import ClusterKind
-from deployments.choices import DEPLOYMENT_ACTIVE, DEPLOYMENT_RUNNING, CopyState, DeploymentState
+from deployments.choices import (
+    DEPLOYMENT_ACTIVE,
+    DEPLOYMENT_RUNNING,
+    CopyState,
+    DeploymentState,
+    RoutingPolicy,
+)
 from deployments.launching import served_name
 from deployments.models import Copy, Deployment
 from gateway import errors
@@ -25,6 +31,7 @@ from gateway.keys import Caller
 # A deployment that is stopping, stopped or failed gets no traffic, even from a copy that
 # still answers: its operator asked for it to go.
 ROUTABLE = DEPLOYMENT_ACTIVE
+DEFAULT_BLOCK_SIZE = 16  # vLLM's, and the one its --block-size defaults to
 
 
 @dataclass(frozen=True)
@@ -54,6 +61,8 @@ class Route:
     upstreams: tuple[Upstream, ...]
     waking_since: float | None = None  # epoch seconds: woken from IDLE, no copy serves yet
     last_cold_start_s: float | None = None
+    routing: str = RoutingPolicy.LEAST_LOADED  # gateway/routing.py
+    block_size: int = DEFAULT_BLOCK_SIZE  # the engine's, in tokens: what its prefix cache keeps
 
     @property
     def state_label(self) -> str:
@@ -172,6 +181,8 @@ def load_table(keys: KeyBox) -> Table:
         "reply_wait_s",
         "waking_since",
         "last_cold_start_s",
+        "routing",
+        "engine_settings",
     )
     return Table.of(route_of(row, by_deployment.get(row.pk, [])) for row in rows)
 
@@ -190,4 +201,11 @@ def route_of(deployment: Deployment, upstreams: list[Upstream]) -> Route:
         upstreams=tuple(upstreams),
         waking_since=deployment.waking_since.timestamp() if deployment.waking_since else None,
         last_cold_start_s=deployment.last_cold_start_s,
+        routing=deployment.routing,
+        block_size=block_size_of(deployment.engine_settings),
     )
+
+
+def block_size_of(engine_settings: dict[str, object]) -> int:
+    size = engine_settings.get("block_size")
+    return size if isinstance(size, int) and size > 0 else DEFAULT_BLOCK_SIZE

@@ -1,4 +1,6 @@
-"""Which ready copy gets a request: the one with the fewest requests in flight, ties at random.
+"""Which ready copy gets a request: the one with the fewest requests in flight, ties at random;
+or the one its wish names (gateway/routing.py) unless that copy has more than the load margin
+in flight over the least loaded.
 
 A copy that failed to connect is set aside for a short while, so that the requests after it go
 to the copies that answer without each paying for a failed connection first.
@@ -10,7 +12,10 @@ import random
 import time
 from collections.abc import Iterable
 
+from django.conf import settings
+
 from gateway.directory import Route, Upstream
+from gateway.routing import Wish
 
 DOWN_FOR_S = 10.0
 
@@ -25,15 +30,23 @@ class Picker:
         # Deployments sent a request since the last load report, and when (epoch seconds).
         self.requested_at: dict[int, float] = {}
 
-    def choose(self, routes: Iterable[Route], tried: set[int]) -> tuple[Route, Upstream] | None:
+    def choose(
+        self, routes: Iterable[Route], tried: set[int], wish: Wish | None = None
+    ) -> tuple[Route, Upstream] | None:
         pairs = [(r, u) for r in routes for u in r.upstreams if u.copy_id not in tried]
         now = time.monotonic()
         # When every copy looks down, try them anyway: one may be back.
         live = [p for p in pairs if self.down_until.get(p[1].copy_id, 0.0) <= now] or pairs
         if not live:
             return None
-        least = min(self.in_flight.get(u.copy_id, 0) for _, u in live)
-        return random.choice([p for p in live if self.in_flight.get(p[1].copy_id, 0) == least])
+        load = self.in_flight
+        least = min(load.get(u.copy_id, 0) for _, u in live)
+        if wish is not None:
+            wanted = wish.preferred(u for _, u in live)
+            margin = settings.GATEWAY_ROUTING_MARGIN
+            if wanted is not None and load.get(wanted, 0) <= least + margin:
+                return next(p for p in live if p[1].copy_id == wanted)
+        return random.choice([p for p in live if load.get(p[1].copy_id, 0) == least])
 
     def start(self, upstream: Upstream) -> None:
         self.in_flight[upstream.copy_id] = self.in_flight.get(upstream.copy_id, 0) + 1

@@ -26,6 +26,7 @@ from gateway.keys import Caller
 from gateway.meter import METER, OPERATIONS, Where
 from gateway.quotas import OverQuota, Ticket, size_estimate
 from gateway.reassemble import Reassembly
+from gateway.routing import wish_for
 from gateway.usage import UsageEntry
 
 if TYPE_CHECKING:
@@ -58,6 +59,7 @@ class Call:
     path: str
     body: dict[str, Any]
     caller: Caller
+    session: str = ""  # its X-Berth-Session header (gateway/routing.py)
     started: float = field(default_factory=time.monotonic)
 
     @property
@@ -466,19 +468,23 @@ def content_type(response: aiohttp.ClientResponse) -> list[tuple[bytes, bytes]]:
 
 
 async def relay(hub: Gateway, call: Call, routes: list[Route]) -> Reply:
-    """Send the call to the copy with the fewest requests in flight; if it cannot be reached,
-    to one other copy once. A call refused before a copy answered (over a quota, no copy ready
-    or none reachable) has its usage record too, with its status and no copy."""
+    """Send the call to the copy its deployment's routing picks (gateway/picking.py); if it
+    cannot be reached, to one other copy once. A call refused before a copy answered (over a
+    quota, no copy ready or none reachable) has its usage record too, with its status and no
+    copy."""
     tried: set[int] = set()
     admission: Admission | None = None
     route = routes[0]
+    wish = wish_for(routes, call.path == CHAT, call.body, call.session, *hub.routing_indexes)
     try:
         for _attempt in range(2):
-            chosen = hub.picker.choose(routes, tried)
+            chosen = hub.picker.choose(routes, tried, wish)
             if chosen is None:
                 break
             route, upstream = chosen
             tried.add(upstream.copy_id)
+            if wish is not None:
+                wish.went_to(upstream)
             if admission is None:  # once per call, also when the first copy cannot be reached
                 admission = Admission(hub, call, route)
                 if admission.must_wait:

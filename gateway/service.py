@@ -24,7 +24,7 @@ from django.db import connection
 
 from console import live
 from deployments import load, waking
-from gateway import conf, errors
+from gateway import conf, errors, routing
 from gateway.directory import KeyBox, Table, Upstream, load_table
 from gateway.errors import GatewayError
 from gateway.figures import Figures
@@ -69,6 +69,7 @@ PICKER = Picker()
 KEYS = KeyCache(look_up_key)
 LIMITS = KeyLimits()
 USAGE = UsageBatch()
+ROUTING_INDEXES = routing.indexes()  # the prefix index and the session index
 
 
 @atexit.register
@@ -133,6 +134,7 @@ class Gateway:
         self.socket_clients: dict[str, tuple[int, aiohttp.ClientSession]] = {}
         self.directory = Directory()
         self.picker = PICKER
+        self.routing_indexes = ROUTING_INDEXES
         self.figures = FIGURES
         self.usage = USAGE
         self.keys = KEYS

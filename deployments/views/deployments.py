@@ -68,7 +68,8 @@ def deployment_detail(request: HttpRequest, pk: int) -> HttpResponse:
     return render(request, "deployments/detail.html", context)
 
 
-FIELD_LABELS = {"reply_wait_s": "reply wait", "chat_name": "chat name", "copies": "copies"}
+FIELD_LABELS = {"reply_wait_s": "reply wait", "chat_name": "chat name", "copies": "copies",
+                "routing": "routing"}  # fmt: skip
 FIELD_LABELS |= {f"autoscaling.{name}": name.replace("_", " ") for name in autoscaling.FIELDS}
 
 
@@ -160,6 +161,12 @@ def offer_in_chat(request: HttpRequest, pk: int) -> HttpResponse:
 def reply_wait(request: HttpRequest, pk: int) -> HttpResponse:
     seconds = request.POST.get("reply_wait_s", "")
     return operate(request, pk, lambda d: actions.set_reply_wait(request.user, d, seconds))
+
+
+@require_POST
+def routing(request: HttpRequest, pk: int) -> HttpResponse:
+    policy = request.POST.get("routing", "")
+    return operate(request, pk, lambda d: actions.set_routing(request.user, d, policy))
 
 
 # How the confirmation page names each bulk action, and what it then does to each deployment.

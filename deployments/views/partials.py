@@ -15,7 +15,7 @@ from django.utils import timezone
 from console.access import operates_team
 from deployments import autoscaling, load, machine_files, waking
 from deployments import engine_figures as figures_of_engines
-from deployments.choices import CopyState
+from deployments.choices import CopyState, RoutingPolicy
 from deployments.models import Deployment, Reservation
 
 
@@ -45,6 +45,7 @@ def health_and_copies(user: Any, deployment: Deployment) -> dict[str, Any]:
         "copies_ready": deployment.copies.filter(state=CopyState.READY).count(),
         "operates_team": operates_team(user, deployment.team_id),
         "default_reply_wait": settings.GATEWAY_REPLY_WAIT_S,
+        "routing_choices": RoutingPolicy.choices,
     }
 
 

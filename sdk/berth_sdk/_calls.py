@@ -127,13 +127,14 @@ def host(
     revision: str | None,
     autoscaling: Autoscaling | None = None,
     allow_moves: bool = False,
+    routing: str | None = None,
 ) -> Request:
     """What is left None is left to the console, which chooses it and says why."""
     body: dict[str, Any] = {"model": repo_id, "copies": copies}
     if accelerators_per_copy is not None:
         body["accelerators_per_copy"] = number(accelerators_per_copy)
     optional = {"variant": variant, "cluster": cluster, "name": name, "team": team}
-    optional |= {"chat_name": chat_name, "revision": revision}
+    optional |= {"chat_name": chat_name, "revision": revision, "routing": routing}
     body |= {key: value for key, value in optional.items() if value is not None}
     if engine_settings is not None:
         body["engine_settings"] = dict(engine_settings)
@@ -172,6 +173,10 @@ def autoscaling_body(policy: Autoscaling | None) -> dict[str, Any] | None:
 def set_autoscaling(pk: int, policy: Autoscaling | None) -> Request:
     body = {"autoscaling": autoscaling_body(policy)}
     return Request("POST", f"/deployments/{pk}/autoscaling", body=body)
+
+
+def set_routing(pk: int, routing: str) -> Request:
+    return Request("POST", f"/deployments/{pk}/routing", body={"routing": routing})
 
 
 def action(pk: int, act: str) -> Request:

@@ -178,6 +178,7 @@ class Deployment:
     created_at: datetime | None
     copies: list[DeploymentCopy]
     autoscaling: Autoscaling | None = None  # None: a fixed number of copies
+    routing: str = "least_loaded"  # how the gateway picks a copy: least_loaded, prefix, session
 
     @property
     def served_as(self) -> str:
@@ -201,6 +202,7 @@ class Deployment:
             engine_settings=dict(data.get("engine_settings") or {}),
             chat_name=str(data.get("chat_name", "")),
             reply_wait_s=data.get("reply_wait_s"),
+            routing=str(data.get("routing", "least_loaded")),
             state=DeploymentStatus(data["state"]),
             last_message=str(data.get("last_message", "")),
             last_checked_at=moment(data.get("last_checked_at")),

@@ -111,6 +111,7 @@ class Serving:
         autoscaling: Autoscaling | None = None,
         on_update: OnUpdate | None = None,
         allow_moves: bool = False,
+        routing: str | None = None,
     ) -> int:
         """Host a model and return the deployment's id.
 
@@ -124,7 +125,9 @@ class Serving:
         `timeout_seconds`; `on_update` is called with the deployment at each poll. Without, it
         returns once the console has accepted it.
         With `allow_moves`, copies of other deployments may move to make room (each started at
-        its new place before the old one stops), as the fit check's moves show.
+        its new place before the old one stops), as the fit check's moves show. `routing` is
+        how the gateway picks a copy: "least_loaded" (the console's default), "prefix" or
+        "session" (see set_routing).
         """
         hosted = self.host(
             model_id,
@@ -140,6 +143,7 @@ class Serving:
             revision=revision,
             autoscaling=autoscaling,
             allow_moves=allow_moves,
+            routing=routing,
         )
         if wait:
             self.wait_deployment_ready(
@@ -163,6 +167,7 @@ class Serving:
         revision: str | None = None,
         autoscaling: Autoscaling | None = None,
         allow_moves: bool = False,
+        routing: str | None = None,
     ) -> HostedDeployment:
         """Ask the console to host a model, without waiting; the answer says what it chose
         for what was left out, and why."""
@@ -181,6 +186,7 @@ class Serving:
             revision=revision,
             autoscaling=autoscaling,
             allow_moves=allow_moves,
+            routing=routing,
         )
         return HostedDeployment.from_api(self._transport.send(request))
 
@@ -299,6 +305,14 @@ class Serving:
         number it has now, fixed). Copies that serve keep serving: only those outside new bounds
         start or leave. scale() with a fixed number also turns autoscaling off."""
         request = calls.set_autoscaling(self._id(deployment), autoscaling)
+        return Deployment.from_api(self._transport.send(request))
+
+    def set_routing(self, deployment: DeploymentRef, routing: str) -> Deployment:
+        """How the gateway picks a copy for each request: "least_loaded" (the fewest in
+        flight), "prefix" (the copy that last served the prompt's beginning, which its engine
+        still caches) or "session" (the copy the request's session used: its X-Berth-Session
+        header, else the OpenAI `user`). Both of the latter give way to load."""
+        request = calls.set_routing(self._id(deployment), routing)
         return Deployment.from_api(self._transport.send(request))
 
     def stop_deployment(self, deployment: DeploymentRef) -> Deployment:
@@ -434,6 +448,7 @@ class AsyncServing:
         autoscaling: Autoscaling | None = None,
         on_update: OnUpdate | None = None,
         allow_moves: bool = False,
+        routing: str | None = None,
     ) -> int:
         """Host a model and return the deployment's id; see Serving.deploy_model."""
         hosted = await self.host(
@@ -450,6 +465,7 @@ class AsyncServing:
             revision=revision,
             autoscaling=autoscaling,
             allow_moves=allow_moves,
+            routing=routing,
         )
         if wait:
             await self.wait_deployment_ready(
@@ -473,6 +489,7 @@ class AsyncServing:
         revision: str | None = None,
         autoscaling: Autoscaling | None = None,
         allow_moves: bool = False,
+        routing: str | None = None,
     ) -> HostedDeployment:
         """Ask the console to host a model, without waiting; see Serving.host."""
         model = one_model(model_id, repo_id)
@@ -490,6 +507,7 @@ class AsyncServing:
             revision=revision,
             autoscaling=autoscaling,
             allow_moves=allow_moves,
+            routing=routing,
         )
         return HostedDeployment.from_api(await self._transport.send(request))
 
@@ -601,6 +619,10 @@ class AsyncServing:
         self, deployment: DeploymentRef, autoscaling: Autoscaling | None
     ) -> Deployment:
         request = calls.set_autoscaling(await self._id(deployment), autoscaling)
+        return Deployment.from_api(await self._transport.send(request))
+
+    async def set_routing(self, deployment: DeploymentRef, routing: str) -> Deployment:
+        request = calls.set_routing(await self._id(deployment), routing)
         return Deployment.from_api(await self._transport.send(request))
 
     async def stop_deployment(self, deployment: DeploymentRef) -> Deployment:

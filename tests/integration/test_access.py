@@ -206,6 +206,7 @@ DEPLOYMENT_ACTIONS = [
     "deployment_scale_fit",
     "deployment_offer_in_chat",
     "deployment_reply_wait",
+    "deployment_routing",
     "deployment_scale",
     "deployment_autoscaling",
     "deployment_stop",
@@ -300,6 +301,25 @@ def test_chat_name_and_reply_wait_forms_refuse_bad_values_and_save_good_ones(
     as_bob.post(f"{url}/chat-name/", {"chat_name": "qwen"})
     saved = Deployment.objects.get(pk=red_deployment.pk)
     assert (saved.reply_wait_s, saved.chat_name) == (60, "qwen")
+
+
+def test_the_routing_form_shows_the_policy_refuses_an_unknown_one_and_saves_a_good_one(
+    as_bob, as_carol, red_deployment
+):
+    url = f"/deployments/{red_deployment.pk}"
+    page = as_bob.get(f"{url}/").content.decode()
+    assert "<small>Routing</small><strong>Least loaded</strong>" in page
+    assert '<option value="prefix">Prefix-aware</option>' in page
+    refused = as_bob.post(f"{url}/routing/", {"routing": "nearest"}, follow=True).content.decode()
+    assert (
+        "Not done: routing: &#x27;nearest&#x27; is not a routing policy: use least_loaded, "
+        "prefix, session" in refused
+    )
+    saved = as_bob.post(f"{url}/routing/", {"routing": "session"}, follow=True).content.decode()
+    assert "Requests are now routed to the copy each session used last, load permitting." in saved
+    assert "<small>Routing</small><strong>Session affinity</strong>" in saved
+    assert as_carol.post(f"{url}/routing/", {"routing": "prefix"}).status_code == 403
+    assert Deployment.objects.get(pk=red_deployment.pk).routing == "session"
 
 
 def test_a_chat_name_that_is_another_deployments_name_is_refused_and_not_proposed(

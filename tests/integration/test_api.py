@@ -35,6 +35,7 @@ EVERY_PATH = {
     "/api/v1/deployments/{id}/retry",
     "/api/v1/deployments/{id}/chat-name",
     "/api/v1/deployments/{id}/reply-wait",
+    "/api/v1/deployments/{id}/routing",
     "/api/v1/deployments/{id}/engine-settings",
     "/api/v1/deployments/{id}/files",
     "/api/v1/deployments/{id}/logs",
@@ -186,6 +187,7 @@ def test_a_viewers_key_reads_but_changes_nothing(demo, carol, red):
         carols.post(f"/deployments/{deployment.pk}/retry"),
         carols.post(f"/deployments/{deployment.pk}/chat-name", {"chat_name": "mine"}),
         carols.post(f"/deployments/{deployment.pk}/reply-wait", {"reply_wait_s": 60}),
+        carols.post(f"/deployments/{deployment.pk}/routing", {"routing": "prefix"}),
         carols.post(f"/deployments/{deployment.pk}/engine-settings", {"engine_settings": {}}),
         carols.delete(f"/deployments/{deployment.pk}"),
     ]
@@ -361,6 +363,13 @@ BAD_HOSTS = [
         "chat_name",
         "chat_name: use printable characters only",
         id="nul-in-chat-name",
+    ),
+    pytest.param(
+        {"routing": "fastest"},
+        422,
+        "routing",
+        "routing: 'fastest' is not a routing policy: use least_loaded, prefix, session",
+        id="unknown-routing",
     ),
     pytest.param(
         {"copie": 2},
@@ -556,6 +565,25 @@ def test_an_operator_scales_renames_in_chat_and_sets_the_reply_wait(demo, bob, r
     after = Deployment.objects.get()
     assert (after.copies_wanted, after.accelerators_per_copy) == (3, Decimal("0.5"))
     assert (after.chat_name, after.reply_wait_s) == ("qwen", 60)
+
+
+def test_an_operator_sets_the_routing_and_a_policy_that_is_not_one_is_refused(demo, bob, red):
+    deployment = on_demo("red-qwen", red)
+    bobs = Caller(bob)
+    assert bobs.get(f"/deployments/{deployment.pk}").json()["routing"] == "least_loaded"
+    routed = bobs.post(f"/deployments/{deployment.pk}/routing", {"routing": "prefix"})
+    assert (routed.status_code, routed.json()["routing"]) == (200, "prefix")
+    assert deployment.events.first().message == "Routing: prefix-aware (prefix)"
+    unknown = bobs.post(f"/deployments/{deployment.pk}/routing", {"routing": "round_robin"})
+    assert (unknown.status_code, unknown.json()) == (
+        422,
+        {
+            "detail": "routing: 'round_robin' is not a routing policy: use least_loaded, "
+            "prefix, session",
+            "field": "routing",
+        },
+    )
+    assert Deployment.objects.get().routing == "prefix"
 
 
 def test_stop_start_check_and_delete_follow_the_deployments_state(demo, bob, red):

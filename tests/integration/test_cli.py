@@ -115,6 +115,15 @@ def test_deploy_follows_to_deployed_in_plain_lines_then_every_command_works(bert
     crossed = run(berth_console, "autoscale", "cli-qwen", "--min", "3", "--max", "1")
     assert crossed.returncode == 1 and "[autoscaling.min_copies]" in crossed.stderr
     assert run(berth_console, "autoscale", "cli-qwen").returncode == 2  # neither bounds nor --off
+    routed = run(berth_console, "route", "cli-qwen", "prefix")
+    assert routed.returncode == 0 and "Routing cli-qwen" in routed.stdout
+    assert Deployment.objects.get(name="cli-qwen").routing == "prefix"
+    assert "prefix" in [
+        line.split()[-1] for line in run(berth_console, "status", "cli-qwen").stdout.splitlines()
+        if line.startswith("routing")
+    ]  # fmt: skip
+    no_policy = run(berth_console, "route", "cli-qwen", "nearest")
+    assert no_policy.returncode == 2 and "'nearest' is not one of" in no_policy.stderr
     off = run(berth_console, "autoscale", "cli-qwen", "--off")
     assert off.returncode == 0 and "Autoscaling off for cli-qwen" in off.stdout
     assert Deployment.objects.get(name="cli-qwen").autoscaling is None

@@ -66,8 +66,14 @@ def test_deploy_model_waits_for_deployed_or_returns_at_once_and_logs_follow_a_ch
         assert client.serving.set_autoscaling(pk, bounded).autoscaling == bounded
         assert client.serving.get_deployment(pk).autoscaling == bounded
         assert client.serving.set_autoscaling(pk, None).autoscaling is None
+        assert client.serving.get_deployment(pk).routing == "least_loaded"
+        assert client.serving.set_routing(pk, "session").routing == "session"
+        with pytest.raises(BerthAPIError) as no_policy:
+            client.serving.set_routing(pk, "nearest")
+        assert (no_policy.value.status_code, no_policy.value.field) == (422, "routing")
 
-        later = deploy(client, name="later", wait=False)
+        later = deploy(client, name="later", wait=False, routing="prefix")
+        assert client.serving.get_deployment(later).routing == "prefix"
         assert client.serving.get_deployment_status(later) is not DeploymentStatus.DEPLOYED
         ready = client.serving.wait_deployment_ready(later, 120, POLL_S)
         assert ready.id == later and ready.state is DeploymentStatus.DEPLOYED

@@ -23,6 +23,7 @@ from .output import DeployProgress, Out
 F = TypeVar("F", bound=Callable[..., Any])
 POLL_S = 1.0
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+ROUTING = ("least_loaded", "prefix", "session")
 
 
 def size_of(_ctx: click.Context, param: click.Parameter, value: str | None) -> Decimal | None:
@@ -101,6 +102,7 @@ def say_deployment(out: Out, deployment: Deployment) -> None:
             ),  # fmt: skip
             ("autoscaling", autoscaling_words(deployment.autoscaling)),
             ("chat name", deployment.chat_name or "- (not in chat)"),
+            ("routing", deployment.routing),
             ("last error", error_words(deployment)),
         ]
     )
@@ -192,6 +194,11 @@ def say_failure(out: Out, name: str, error: DeploymentFailedError) -> None:
 )
 @click.option("--chat-name", help="the name people pick in chat and at the gateway")
 @click.option(
+    "--routing",
+    type=click.Choice(ROUTING),
+    help="how the gateway picks a copy  [default: least_loaded]",
+)
+@click.option(
     "--set",
     "settings",
     multiple=True,
@@ -230,6 +237,7 @@ def deploy(
     copies: int,
     size: Decimal | None,
     chat_name: str | None,
+    routing: str | None,
     settings: dict[str, Any],
     min_copies: int | None,
     max_copies: int | None,
@@ -253,6 +261,7 @@ def deploy(
         engine_settings=settings or None,
         name=name,
         autoscaling=policy_of(min_copies, max_copies, target, idle_minutes),
+        routing=routing,
     )
     deployment = client.serving.get_deployment(hosted.id)
     if not out.json:
@@ -430,6 +439,20 @@ def autoscale(
         policy = replace(asked, up_window_s=up_window, down_window_s=down_window)
     changed = app.client().serving.set_autoscaling(name, policy)
     said(app, changed, "Autoscaling" if policy else "Autoscaling off for")
+
+
+@cli.command("route", short_help="How the gateway picks a copy: least_loaded, prefix or session.")
+@NAME
+@click.argument("policy", type=click.Choice(ROUTING))
+@output_option
+@click.pass_obj
+def route(app: App, name: str, policy: str) -> None:
+    """Route NAME's requests by POLICY: least_loaded (the copy with the fewest in flight),
+    prefix (the copy that last served the prompt's beginning, which its engine still caches)
+    or session (the copy the request's session used: its X-Berth-Session header, else the
+    OpenAI `user`). prefix and session give way when that copy is busier than the others.
+    The copies go on serving."""
+    said(app, app.client().serving.set_routing(name, policy), "Routing")
 
 
 def said(app: App, deployment: Deployment, doing: str) -> None:
