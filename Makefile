@@ -73,6 +73,7 @@ test: lint check pytest
 bench: venv
 	$(PY) tests/bench/bench_placement.py
 	$(PY) tests/bench/bench_gateway.py
+	$(PY) tests/bench/bench_routing.py
 	BERTH_BENCH_FULL=1 $(TEST_ENV) $(WITH_SERVICES) $(VENV)/bin/pytest tests/bench -m bench -s
 
 vendor:
