@@ -306,6 +306,8 @@ GATEWAY_PREFIX_INDEX_ENTRIES = env_int(
     "BERTH_PREFIX_INDEX_ENTRIES", 200_000, low=100, high=100_000_000
 )
 GATEWAY_PREFIX_INDEX_MIB = env_int("BERTH_PREFIX_INDEX_MIB", 64, low=1, high=65_536)
+# How many times one streamed answer may go on at another copy when its copy breaks off.
+GATEWAY_STREAM_RESUMES = env_int("BERTH_STREAM_RESUMES", 1, low=0, high=10)
 # Requests one gateway process holds for an idle deployment while it wakes (more: 503).
 GATEWAY_WAKE_HOLD = env_int("BERTH_GATEWAY_WAKE_HOLD", 100, low=1, high=100_000)
 # Usage records (gateway/usage.py) are kept this many days, then deleted with their hours.

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
-from gateway import conf, errors, sse
+from gateway import conf, errors, resume, sse
 from gateway.directory import Route, Upstream
 from gateway.errors import GatewayError
 from gateway.figures import Outcome
@@ -123,6 +123,13 @@ class Flight:
         self.usage_hidden = sse.UsageHidden() if call.hides_usage else None
         self.tail = b""
         self.failed = self.timed_out = self.ended = self.finished = False
+        # For a stream continued at another copy (gateway/resume.py): what the client has been
+        # sent, the copies tried, and the tokens earlier copies generated.
+        self.sent = bytearray()
+        self.tried = {upstream.copy_id}
+        self.resumes = 0
+        self.carried = 0
+        self.retry_whole = False
         hub.picker.start(upstream)
 
     # ---------------------------------------------------------------- until the first token
@@ -167,21 +174,24 @@ class Flight:
         return self.route.reply_wait_s - (time.monotonic() - self.call.started)
 
     async def connect(self) -> aiohttp.ClientResponse:
-        # Past the first token, a copy silent for longer than this has hung.
-        silence = max(300.0, self.route.reply_wait_s + 5.0)
         try:
-            self.response = await self.hub.client_for(self.upstream).post(
-                self.upstream.url + self.call.path,
-                data=upstream_body(self.call, self.route),
-                headers={**self.upstream.headers, **UPSTREAM_HEADERS},
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=5.0, sock_read=silence),
-            )
+            self.response = await self.post(None)
         except UNREACHABLE as error:
             self.hub.picker.set_aside(self.upstream)
             self.hub.directory.refresh_soon()
             await self.finish(record=False)  # the request goes on at another copy
             raise Unreachable(str(error)) from error
         return self.response
+
+    async def post(self, body: dict[str, Any] | None) -> aiohttp.ClientResponse:
+        # Past the first token, a copy silent for longer than this has hung.
+        silence = max(300.0, self.route.reply_wait_s + 5.0)
+        return await self.hub.client_for(self.upstream).post(
+            self.upstream.url + self.call.path,
+            data=upstream_body(self.call, self.route, body),
+            headers={**self.upstream.headers, **UPSTREAM_HEADERS},
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=5.0, sock_read=silence),
+        )
 
     async def read(self) -> bytes:
         """Whatever the copy has sent since the last read (b"" at the end): bytes as they came,
@@ -204,6 +214,8 @@ class Flight:
                     usage = sse.usage_of(bytes(held))  # a short reply may come in one read
                     if usage is not None:
                         self.take_usage(usage)
+                    if self.call.wants_stream:
+                        self.sent += held
                     return bytes(held)
             skipped += len(payloads)
         raise aiohttp.ClientPayloadError("the copy closed the stream before its first token")
@@ -225,17 +237,81 @@ class Flight:
         try:
             piece = await self.read()
         except UPSTREAM_FAILED as error:
-            self.ended = self.failed = True
-            return errors.broke_off(str(error) or type(error).__name__)
+            return await self.broken(str(error) or type(error).__name__)
         if not piece:
+            if self.cut_short():
+                return await self.broken("its stream ended before the answer did", ended=True)
             self.end()
             return (self.usage_hidden.end() if self.usage_hidden else b"") or None
         self.last_at = time.monotonic()
         if self.call.path == EMBEDDINGS:
             self.tail = (self.tail + piece)[-EMBEDDING_TAIL:]
-        else:
-            self.count(piece)
+            return self.relayed(piece)
+        self.count(piece)
+        if self.call.wants_stream:
+            self.sent += piece
+        if self.carried:
+            piece = resume.whole_usage(piece, self.carried)
         return self.relayed(piece)
+
+    def cut_short(self) -> bool:
+        """A stream that stops without [DONE] was cut short (the engine died, say)."""
+        return self.call.path != EMBEDDINGS and DONE_TAIL not in self.tail
+
+    async def broken(self, why: str, ended: bool = False) -> bytes | None:
+        """The copy broke off after the first token (its connection broke, or it `ended` its
+        stream early): a streaming client's answer goes on at another copy where one can take
+        it (gateway/resume.py); else it ends here, with an error event where the connection
+        broke."""
+        if self.call.wants_stream and resume.may_continue(self.call.path, self.call.body,
+                                                          self.resumes):  # fmt: skip
+            continued = await self.continued(why)
+            if continued is not None:
+                return self.relayed(continued)
+        self.ended = self.failed = True
+        if not self.call.wants_stream and resume.may_retry():
+            self.retry_whole = True  # nothing has gone to the client: another copy answers
+            self.hub.picker.set_aside(self.upstream)
+            return None
+        if ended:
+            return (self.usage_hidden.end() if self.usage_hidden else b"") or None
+        return errors.broke_off(why)
+
+    async def continued(self, why: str) -> bytes | None:
+        """Ask another copy for the rest of the answer; its first bytes, or None."""
+        chosen = self.hub.picker.choose([self.route], self.tried)
+        if chosen is None:
+            return None
+        broken = self.upstream
+        self.hub.picker.set_aside(broken)
+        self.hub.directory.refresh_soon()
+        so_far = resume.sent_so_far(bytes(self.sent), self.call.path == CHAT)
+        if self.response is not None:
+            self.response.close()
+        self.hub.picker.done(broken)
+        self.upstream = chosen[1]
+        self.hub.picker.start(self.upstream)
+        self.tried.add(self.upstream.copy_id)
+        self.resumes += 1
+        self.carried = so_far.tokens
+        first_token_at, chunks = self.first_token_at, self.chunks
+        try:
+            self.response = await self.post(
+                resume.continuation_body(self.call.path, self.call.body, so_far)
+            )
+            if self.response.status != 200:
+                return None
+            held = await self.to_first_token()
+        except UPSTREAM_FAILED:
+            return None
+        finally:
+            self.first_token_at = first_token_at
+        self.chunks += chunks
+        self.hub.in_background(
+            resume.say_continued, self.route.id, broken.copy_id, self.upstream.copy_id,
+            so_far.tokens, why,
+        )  # fmt: skip
+        return resume.whole_usage(resume.continued_events(held, so_far), self.carried)
 
     def relayed(self, piece: bytes) -> bytes:
         return self.usage_hidden.relay(piece) if self.usage_hidden else piece
@@ -248,17 +324,17 @@ class Flight:
             self.take_usage(usage)
 
     def take_usage(self, usage: dict[str, Any]) -> None:
+        # A continued stream's copy counted the earlier copies' tokens as its prompt's.
         if isinstance(usage.get("completion_tokens"), int):
-            self.usage_tokens = usage["completion_tokens"]
+            self.usage_tokens = usage["completion_tokens"] + self.carried
         if isinstance(usage.get("prompt_tokens"), int):
-            self.prompt_tokens = usage["prompt_tokens"]
+            self.prompt_tokens = max(0, usage["prompt_tokens"] - self.carried)
 
     def end(self) -> None:
         self.ended = True
         if self.call.path == EMBEDDINGS:
             self.prompt_tokens = embedding_prompt_tokens(self.tail)
-        # A stream that stops without [DONE] was cut short (the engine died, say).
-        if self.call.path != EMBEDDINGS and DONE_TAIL not in self.tail:
+        if self.cut_short():
             self.failed = True
 
     async def reassembled(self, held: bytes) -> Reply:
@@ -278,7 +354,9 @@ class Flight:
                 self.status = reassembly.error_status()
             elif self.failed:
                 self.status = 502
-            await self.finish()
+            await self.finish(record=not self.retry_whole)
+        if self.retry_whole:
+            raise Unreachable("its reply broke off before it was complete")
         self.usage_tokens = reassembly.completion_tokens()
         if reassembly.error is not None:
             return json_reply(reassembly.error_status(), reassembly.body())
@@ -450,9 +528,10 @@ def embedding_prompt_tokens(tail: bytes) -> int | None:
     return int(found[-1]) if found else None
 
 
-def upstream_body(call: Call, route: Route) -> bytes:
-    """The client's body for the copy: the engine's own model name, and always a stream."""
-    body = {**call.body, "model": route.served_name}
+def upstream_body(call: Call, route: Route, asked: dict[str, Any] | None = None) -> bytes:
+    """The client's body (or the one continuing its stream) for the copy: the engine's own
+    model name, and always a stream."""
+    body = {**(asked or call.body), "model": route.served_name}
     if call.path != EMBEDDINGS:
         body["stream"] = True
         if not call.wants_stream or call.hides_usage:

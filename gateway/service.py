@@ -142,6 +142,11 @@ class Gateway:
         self.quotas = Quotas()  # its Redis client belongs to this event loop
         self.tasks: list[asyncio.Task[Any]] = []
 
+    def in_background(self, work: Callable[..., Any], *args: Any) -> None:
+        """Blocking database work that nothing waits for (an Event), in the database threads."""
+        loop = asyncio.get_running_loop()
+        loop.run_in_executor(DATABASE_THREADS, in_thread, functools.partial(work, *args))
+
     def start(self) -> None:
         self.tasks = [
             asyncio.create_task(self.keep_table_fresh()),

@@ -158,6 +158,9 @@ class Generation:
     n: int
     max_tokens: int
     prompt: tuple[str, ...] = ()  # its tokens, for the prefix cache (a batch's: none)
+    # Where in the filler text the reply starts: a chat continuing its final (assistant)
+    # message goes on from that message's words, as a deterministic model would.
+    first_word: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -165,19 +168,25 @@ class Generation:
 
 
 def plan_generation(
-    state: EngineState, body: dict[str, Any], prompt_tokens: int, prompt: Sequence[str] = ()
+    state: EngineState,
+    body: dict[str, Any],
+    prompt_tokens: int,
+    prompt: Sequence[str] = (),
+    first_word: int = 0,
 ) -> Generation:
     max_tokens = positive_int(body, "max_completion_tokens", None)
     max_tokens = max_tokens or positive_int(body, "max_tokens", None)
     n = positive_int(body, "n", 1) or 1
     check_length(state, prompt_tokens, max_tokens)
     limit = max_tokens or state.max_model_len - prompt_tokens
-    wanted = max(state.settings.reply_tokens, body.get("min_tokens") or 0)
+    # A continued answer ends where the whole one would: its words so far count.
+    natural = max(1, state.settings.reply_tokens - first_word)
+    wanted = max(natural, body.get("min_tokens") or 0)
     if body.get("ignore_eos"):
         wanted = limit + 1  # vLLM's ignore_eos: run to max_tokens
     tokens = max(1, min(wanted, limit))
     finish = "length" if wanted > limit else "stop"
-    return Generation(prompt_tokens, tokens, finish, n, limit, tuple(prompt))
+    return Generation(prompt_tokens, tokens, finish, n, limit, tuple(prompt), first_word)
 
 
 def first_token_delay(state: EngineState, prompt_tokens: int) -> float:
@@ -320,7 +329,9 @@ def chat_message(content: str) -> dict[str, Any]:
 def chat_choice(index: int, generation: Generation) -> dict[str, Any]:
     return {
         "index": index,
-        "message": chat_message(text.filler_text(generation.tokens)),
+        "message": chat_message(
+            "".join(text.filler_token(generation.first_word + i) for i in range(generation.tokens))
+        ),
         "logprobs": None,
         "finish_reason": generation.finish_reason,
         "stop_reason": None,
@@ -483,8 +494,11 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     messages = body.get("messages")
     if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
         raise ApiError(400, "messages must be a list of message objects.")
-    tokens = text.chat_tokens(messages)
-    generation = plan_generation(state, body, len(tokens), tokens)
+    last = messages[-1] if messages else {}
+    continues = bool(body.get("continue_final_message")) and last.get("role") == "assistant"
+    tokens = text.chat_tokens(messages, continue_final=continues)
+    said = len(text.tokens_of(text.content_text(last.get("content")))) if continues else 0
+    generation = plan_generation(state, body, len(tokens), tokens, first_word=said)
     request_id = f"chatcmpl-{uuid.uuid4().hex}"
     if body.get("stream"):
         return await stream_chat(request, state, generation, request_id)
@@ -503,7 +517,7 @@ async def stream_chat(
     head = envelope(state, request_id, "chat.completion.chunk")
 
     def choice(number: int, tokens: range, last: bool) -> dict[str, Any]:
-        content = "".join(text.filler_token(i) for i in tokens)
+        content = "".join(text.filler_token(generation.first_word + i) for i in tokens)
         return {
             "index": number,
             "delta": {"content": content},

@@ -45,15 +45,19 @@ def count_chat_tokens(messages: Sequence[dict[str, Any]]) -> int:
     return len(chat_tokens(messages))
 
 
-def chat_tokens(messages: Sequence[dict[str, Any]]) -> list[str]:
+def chat_tokens(messages: Sequence[dict[str, Any]], continue_final: bool = False) -> list[str]:
     """The chat template's tokens: each message framed by its role (4 tokens:
     <|im_start|>role\n … <|im_end|>), then the reply's opening (3: <|im_start|>assistant\n).
-    The prefix cache hashes them: two chats share blocks as far as their messages agree."""
+    The prefix cache hashes them: two chats share blocks as far as their messages agree.
+    Continuing the final message (vLLM's continue_final_message): it is left open, and no
+    reply is opened."""
     tokens: list[str] = []
     for message in messages:
         role = str(message.get("role", ""))
         tokens += ["<|im_start|>", role, "\n", *tokens_of(content_text(message.get("content")))]
         tokens.append("<|im_end|>")
+    if continue_final:
+        return tokens[:-1]
     return [*tokens, "<|im_start|>", "assistant", "\n"]
 
 

@@ -35,6 +35,7 @@ from django.test import Client, RequestFactory
 from django.utils import timezone
 
 from clusters.simulator import build_env, serve_argv
+from clusters.simulator.text import filler_text
 from console import keys
 from console.models import ApiKey, Membership
 from deployments import transitions
@@ -404,23 +405,27 @@ def pair() -> Iterator[dict[str, Engine]]:
 
 
 def read_stream(openai_client: openai.OpenAI, first: threading.Event) -> str:
-    """Read a streamed reply: "complete", or the error that ended it."""
+    """Read a streamed reply: its text, or the error that ended it."""
+    pieces = []
     try:
-        for _chunk in openai_client.chat.completions.create(
+        for chunk in openai_client.chat.completions.create(
             model="red-pair", messages=HELLO, stream=True
         ):
             first.set()
-        return "complete"
+            pieces += [choice.delta.content or "" for choice in chunk.choices]
+        return "".join(pieces)
     except openai.APIError as error:
         return f"broke off: {error.message}"
     finally:
         first.set()
 
 
-def test_a_copy_killed_mid_run_sends_new_requests_to_the_other_and_no_stream_is_retried(
+def test_a_copy_killed_mid_stream_has_its_streams_continued_whole_at_the_other(
     gateway_url, pair, bob, red
 ):
-    serving(factories.make_deployment("red-pair", red), pair["one"].port, pair["two"].port)
+    deployment = serving(
+        factories.make_deployment("red-pair", red), pair["one"].port, pair["two"].port
+    )
     key = key_for(bob)
     on_offer(gateway_url, key, "red-pair")
     openai_client = client(gateway_url, key)
@@ -433,16 +438,45 @@ def test_a_copy_killed_mid_run_sends_new_requests_to_the_other_and_no_stream_is_
         pair["one"].kill()
         endings = [stream.result(timeout=30) for stream in streams]
 
-    assert endings.count("complete") == 3
-    broken = [e for e in endings if e != "complete"]
-    assert len(broken) == 3 and all(
-        e.startswith("broke off: The model's reply broke off") for e in broken
-    )
-    # Nothing that had started streaming went to the other copy again.
-    assert pair["two"].finished() == 3
+    # Every stream has the whole answer, once: the 100 words the engines generate, the broken
+    # ones' rest generated at the other copy from the words already sent.
+    assert endings == [filler_text(100)] * 6
+    assert pair["two"].finished() == 3 + 3  # its own three, and the three it continued
+    said = wait_for(
+        lambda: list(deployment.events.filter(message__contains="continued it")), 10, 0.2,
+        "the continuations' events",
+    )  # fmt: skip
+    assert len(said) == 3 and all(
+        re.fullmatch(r"A stream broke off at copy 0 after \d+ tokens \(.+\); copy 1 continued it\.",
+                     event.message) for event in said
+    )  # fmt: skip
+    records = wait_for(
+        lambda: list(UsageRecord.objects.filter(deployment=deployment)) or None, 10, 0.2,
+        "the usage records",
+    )  # fmt: skip
+    assert sorted((r.status, r.completion_tokens) for r in records) == [(200, 100)] * 6
     replies = [chat(gateway_url, key, "red-pair") for _ in range(5)]
     assert [r.status_code for r in replies] == [200] * 5
-    assert pair["two"].finished() == 3 + 5
+    assert pair["two"].finished() == 6 + 5
+
+
+def test_a_reply_not_streamed_is_asked_again_whole_when_its_copy_dies(gateway_url, pair, bob, red):
+    serving(factories.make_deployment("red-pair", red), pair["one"].port, pair["two"].port)
+    key = key_for(bob)
+    on_offer(gateway_url, key, "red-pair")
+    with ThreadPoolExecutor(4) as pool:
+        replies = [
+            pool.submit(chat, gateway_url, key, "red-pair", max_tokens=100) for _ in range(4)
+        ]
+        wait_for(lambda: (pair["one"].running(), pair["two"].running()) == (2, 2), 20, 0.05,
+                 "two requests at each copy")  # fmt: skip
+        pair["one"].kill()
+        answered = [reply.result(timeout=30) for reply in replies]
+    assert [r.status_code for r in answered] == [200] * 4
+    assert [r.json()["choices"][0]["message"]["content"] for r in answered] == [
+        filler_text(100)
+    ] * 4
+    assert pair["two"].finished() == 2 + 2
 
 
 # ---------------------------------------------------------------- the reply wait

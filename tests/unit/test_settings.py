@@ -104,6 +104,7 @@ def test_good_settings_start():
             "BERTH_PREFIX_INDEX_ENTRIES=10 is outside 100..100000000",
         ),
         ("BERTH_PREFIX_INDEX_MIB", "0", "BERTH_PREFIX_INDEX_MIB=0 is outside 1..65536"),
+        ("BERTH_STREAM_RESUMES", "11", "BERTH_STREAM_RESUMES=11 is outside 0..10"),
         ("BERTH_USAGE_DAYS", "0", "BERTH_USAGE_DAYS=0 is outside 1..100000"),
         ("BERTH_USAGE_DAYS", "a year", "BERTH_USAGE_DAYS='a year' is not a whole number"),
         ("BERTH_USAGE_METERING", "sometimes", "BERTH_USAGE_METERING='sometimes' is not a boolean"),
