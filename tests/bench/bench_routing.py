@@ -61,12 +61,14 @@ class Size:
     prefill_tokens_per_second: float = 5_000.0  # a GPU share's: prefill is what a hit saves
     ttft_s: float = 0.02
     think_s: float = 0.1  # between a reply and the next question, on average (0 to twice)
+    streams: int = 64  # for the gateway's overhead, and the streams a copy is killed under
+    overhead_rounds: int = 5
 
 
 # Qwen3-0.6B keeps 112 KiB of KV per token: 3 GiB is about 28,000 tokens a copy, a quarter
 # of 32 conversations of up to 2,000 + 8 × 24 tokens.
 FULL = Size(4, 32, 8, 2000, 16, 5 << 29)
-SMOKE = Size(2, 8, 3, 1000, 8, 1 << 29)  # half a GiB: about 4,600 tokens, a quarter again
+SMOKE = Size(2, 8, 3, 1000, 16, 1 << 29, streams=8, overhead_rounds=1)  # half a GiB: ~4,600
 
 
 # ---------------------------------------------------------------- processes
@@ -167,12 +169,19 @@ class Turn:
     text: str
 
 
-async def one_turn(session: Any, url: str, model: str, messages: list[dict[str, str]]) -> Turn:
+async def one_turn(
+    session: Any,
+    url: str,
+    model: str,
+    messages: list[dict[str, str]],
+    key: str = bench_gateway.CLIENT_KEY,
+    started: asyncio.Event | None = None,
+) -> Turn:
     from gateway import sse
 
     body = {"model": model, "messages": messages, "stream": True,
             "stream_options": {"include_usage": True}}  # fmt: skip
-    headers = {"Authorization": f"Bearer {bench_gateway.CLIENT_KEY}"}
+    headers = {"Authorization": f"Bearer {key}"}
     sent = time.perf_counter()
     first: float | None = None
     pieces: list[str] = []
@@ -192,6 +201,8 @@ async def one_turn(session: Any, url: str, model: str, messages: list[dict[str, 
                     delta = choice["delta"].get("content") or ""
                     if delta and first is None:
                         first = time.perf_counter()
+                        if started is not None:
+                            started.set()
                     pieces.append(delta)
     return Turn((first or time.perf_counter()) - sent, tokens, "".join(pieces))
 
@@ -259,10 +270,80 @@ def cache_figures(engine_ports: list[int]) -> tuple[float, float]:
     return hits, queries
 
 
+def p99(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(len(ordered) * 0.99) - 1)]
+
+
+async def overhead(
+    base: str, engine_ports: list[int], streams: int, rounds: int
+) -> dict[str, float]:
+    """p99 TTFT of `streams` streams at once straight to the copies (spread over them in turn)
+    and through the gateway, routed by prefix (the index on) and least_loaded (none), `rounds`
+    times each, the two gateway groups in alternating order."""
+    import aiohttp
+
+    ask = [{"role": "user", "content": "Tell me a story."}]
+    ttfts: dict[str, list[float]] = {"direct": [], "gateway": [], "gateway, no index": []}
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        for number in range(rounds + 1):  # the first round warms the connections: not counted
+            direct = [
+                one_turn(session, f"http://127.0.0.1:{engine_ports[n % len(engine_ports)]}"
+                         "/v1/chat/completions", POLICIES["prefix"], ask, bench_gateway.ENGINE_KEY)
+                for n in range(streams)
+            ]  # fmt: skip
+            through = [
+                one_turn(session, f"{base}/v1/chat/completions", POLICIES["prefix"], ask)
+                for _ in range(streams)
+            ]
+            unindexed = [
+                one_turn(session, f"{base}/v1/chat/completions", POLICIES["least_loaded"], ask)
+                for _ in range(streams)
+            ]
+            # The order changes every round: a group sent right after two others came out
+            # slower here whichever it was (the client's own connections, perhaps).
+            gateways = [("gateway", through), ("gateway, no index", unindexed)][
+                :: 1 - 2 * (number % 2)
+            ]
+            for path, turns in [("direct", direct), *gateways]:
+                done = await asyncio.gather(*turns)
+                if number:
+                    ttfts[path] += [turn.ttft_s * 1000 for turn in done]
+    return {path: p99(values) for path, values in ttfts.items()}
+
+
+async def kill_during(base: str, copy: Any, streams: int, reply_tokens: int) -> tuple[int, int]:
+    """`streams` streams at once; one copy killed once every stream has its first token. How
+    many ended with exactly the answer the engines generate (the simulator's filler, whole
+    and once), of how many."""
+    import aiohttp
+
+    from clusters.simulator.text import filler_text
+
+    url = f"{base}/v1/chat/completions"
+    started = [asyncio.Event() for _ in range(streams)]
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        ask = [{"role": "user", "content": "Tell me a long story."}]
+        talks = [
+            asyncio.ensure_future(
+                one_turn(session, url, POLICIES["least_loaded"], ask, started=started[n])
+            )
+            for n in range(streams)
+        ]
+        await asyncio.gather(*(event.wait() for event in started))
+        bench_gateway.stop(copy)
+        ended = await asyncio.gather(*talks, return_exceptions=True)
+    whole = [isinstance(turn, Turn) and turn.text == filler_text(reply_tokens)
+             for turn in ended]  # fmt: skip
+    return sum(whole), streams
+
+
 @dataclass(frozen=True)
 class Result:
     figures: dict[str, Figures]
     hit_share: dict[str, float]  # the copies' prefix cache hits over queries, per policy
+    p99_ms: dict[str, float]  # TTFT at 64 streams: direct, through the gateway with and without
+    survived: tuple[int, int]  # streams whole after a copy was killed, of how many
 
     @property
     def ttft_ratio(self) -> float:
@@ -292,7 +373,9 @@ def run(size: Size) -> Result:
             figures[policy] = asyncio.run(load(base, policy, size))
             hits, queries = cache_figures(ports)
             shares[policy] = (hits - hits_before) / max(queries - queries_before, 1.0)
-        return Result(figures, shares)
+        p99_ms = asyncio.run(overhead(base, ports, size.streams, size.overhead_rounds))
+        survived = asyncio.run(kill_during(base, engines[0][0], size.streams, size.reply_tokens))
+        return Result(figures, shares, p99_ms, survived)
     finally:
         if gateway is not None:
             bench_gateway.stop(gateway[0])
@@ -315,6 +398,18 @@ def lines(result: Result, size: Size) -> list[str]:
     rows.append(
         f"prefix against least_loaded: mean TTFT {result.ttft_ratio:.2f}× lower, "
         f"output tokens/s {result.throughput_ratio:.2f}× higher"
+    )
+    direct, through = result.p99_ms["direct"], result.p99_ms["gateway"]
+    unindexed = result.p99_ms["gateway, no index"]
+    rows.append(
+        f"{size.streams} streams, prefix index on: TTFT p99 {direct:.1f} ms direct, "
+        f"{through:.1f} ms through the gateway ({through - direct:+.1f} ms; target <= +2 ms); "
+        f"routed least_loaded (no index) {unindexed:.1f} ms ({unindexed - direct:+.1f} ms)"
+    )
+    whole, streams = result.survived
+    rows.append(
+        f"one of {size.copies} copies killed during {streams} streams: {whole} of {streams} "
+        f"whole ({whole / streams:.1%}; target >= 99 %)"
     )
     return rows
 
