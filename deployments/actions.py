@@ -31,6 +31,7 @@ from deployments.engine.settings import EngineSettingsError, validate_settings
 from deployments.engine.variant_advice import why_it_cannot_run
 from deployments.models import (
     MOST_COPIES,
+    MOST_WAITING,
     REPLY_WAIT_MAX_S,
     REPLY_WAIT_MIN_S,
     Deployment,
@@ -136,6 +137,34 @@ def parse_reply_wait(raw: Any) -> int | None:
             f"{wait} s is not allowed: use {REPLY_WAIT_MIN_S} to {REPLY_WAIT_MAX_S} seconds, "
             "or leave it empty for the gateway's default",
             "reply_wait_s",
+        )
+    return wait
+
+
+def parse_max_waiting(raw: Any) -> int:
+    try:
+        waiting = int(raw)
+    except (TypeError, ValueError):
+        raise ActionRefused("must be a whole number, 0 or more", "max_waiting") from None
+    if not 0 <= waiting <= MOST_WAITING:
+        raise ActionRefused(
+            f"{waiting} is not allowed: use 0 (no queue) to {MOST_WAITING}", "max_waiting"
+        )
+    return waiting
+
+
+def parse_queue_wait(raw: Any) -> int | None:
+    if raw in (None, ""):
+        return None
+    try:
+        wait = int(raw)
+    except (TypeError, ValueError):
+        raise ActionRefused("must be a whole number of seconds", "queue_wait_s") from None
+    if not 1 <= wait <= REPLY_WAIT_MAX_S:
+        raise ActionRefused(
+            f"{wait} s is not allowed: use 1 to {REPLY_WAIT_MAX_S} seconds, or leave it empty "
+            "to wait as long as the reply wait",
+            "queue_wait_s",
         )
     return wait
 
@@ -469,6 +498,23 @@ def set_routing(actor: Any, deployment: Deployment, policy: Any) -> Done:
         record(deployment, actor, f"Routing: {routing.label.lower()} ({routing.value})")
     words = f"Requests are now routed {ROUTED_BY[routing]}."
     return Done(Deployment.objects.get(pk=deployment.pk), words)
+
+
+def set_queue(actor: Any, deployment: Deployment, max_waiting: Any, queue_wait_s: Any) -> Done:
+    """How many requests may wait at each gateway process when every copy is full, and for
+    how long (gateway/queueing.py)."""
+    waiting, wait = parse_max_waiting(max_waiting), parse_queue_wait(queue_wait_s)
+    with transaction.atomic():
+        Deployment.objects.filter(pk=deployment.pk).update(max_waiting=waiting, queue_wait_s=wait)
+        record(deployment, actor, queue_words(waiting, wait))
+    return Done(Deployment.objects.get(pk=deployment.pk), f"{queue_words(waiting, wait)}.")
+
+
+def queue_words(waiting: int, wait: int | None) -> str:
+    if not waiting:
+        return "No queue when every copy is full: the engines queue the requests"
+    how_long = f"{wait} s" if wait else "the reply wait"
+    return f"Queue when every copy is full: up to {waiting} requests, each for {how_long}"
 
 
 # How a routing policy is put in words after "Requests are now routed".

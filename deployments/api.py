@@ -36,6 +36,7 @@ from deployments.api_input import (
     EstimateIn,
     FitCheckIn,
     HostIn,
+    QueueIn,
     ReplyWaitIn,
     RoutingIn,
     ScaleIn,
@@ -122,6 +123,8 @@ class DeploymentOut(Schema):
     chat_name: str
     reply_wait_s: int | None
     routing: str = Field(description="least_loaded, prefix or session (POST …/routing)")
+    max_waiting: int = Field(description="the queue when every copy is full (POST …/queue)")
+    queue_wait_s: int | None
     state: str
     last_message: str
     last_checked_at: datetime | None
@@ -357,6 +360,8 @@ def deployment_out(deployment: Deployment, spent: cost.DeploymentCost) -> dict[s
         "chat_name": deployment.chat_name,
         "reply_wait_s": deployment.reply_wait_s,
         "routing": deployment.routing,
+        "max_waiting": deployment.max_waiting,
+        "queue_wait_s": deployment.queue_wait_s,
         "state": deployment.state,
         "last_message": deployment.last_message,
         "last_checked_at": deployment.last_checked_at,
@@ -644,6 +649,17 @@ def set_reply_wait(request: HttpRequest, id: int, payload: ReplyWaitIn) -> dict[
 def set_routing(request: HttpRequest, id: int, payload: RoutingIn) -> dict[str, Any]:
     """How the gateway picks a copy for each request; the copies go on serving as they are."""
     return operate(request, id, lambda d: actions.set_routing(request.user, d, payload.routing))
+
+
+@router.post("/deployments/{int:id}/queue", response={200: DeploymentOut, **ERRORS})
+def set_queue(request: HttpRequest, id: int, payload: QueueIn) -> dict[str, Any]:
+    """A queue at the gateway for when every copy is full, rather than sending the requests on
+    to engines that are: how many may wait at each gateway process, and for how long."""
+    return operate(
+        request,
+        id,
+        lambda d: actions.set_queue(request.user, d, payload.max_waiting, payload.queue_wait_s),
+    )
 
 
 @router.post("/deployments/{int:id}/engine-settings", response={202: DeploymentOut, **ERRORS})

@@ -24,7 +24,7 @@ from deployments import actions, autoscaling
 from deployments.actions import ActionRefused
 from deployments.choices import RoutingPolicy
 from deployments.engine import settings as engine_settings
-from deployments.models import MOST_COPIES, REPLY_WAIT_MAX_S, REPLY_WAIT_MIN_S
+from deployments.models import MOST_COPIES, MOST_WAITING, REPLY_WAIT_MAX_S, REPLY_WAIT_MIN_S
 
 
 def ruled(check: Callable[[Any], Any]) -> AfterValidator:
@@ -130,6 +130,25 @@ ROUTING_HELP = (
     "copy that last served the prompt's beginning, whose engine still caches it) or session "
     "(the copy the request's session used: its X-Berth-Session header, else `user`); prefix "
     "and session give way to load"
+)
+MaxWaiting = Annotated[
+    Whole,
+    ruled(actions.parse_max_waiting),
+    Field(json_schema_extra={"minimum": 0, "maximum": MOST_WAITING}),
+]
+MAX_WAITING_HELP = (
+    "when every copy is full (its engine's max_num_seqs in flight): how many requests may wait "
+    f"at each gateway process, 0 (no queue: the engines queue them) to {MOST_WAITING}; past it "
+    "a 429"
+)
+QueueWait = Annotated[
+    Whole,
+    ruled(actions.parse_queue_wait),
+    Field(json_schema_extra={"minimum": 1, "maximum": REPLY_WAIT_MAX_S}),
+]
+QUEUE_WAIT_HELP = (
+    f"how long a request may wait in that queue, 1 to {REPLY_WAIT_MAX_S} s (then a 503); null: "
+    "as long as the reply wait"
 )
 DeploymentName = Annotated[
     str,
@@ -276,6 +295,11 @@ class ReplyWaitIn(StrictSchema):
 
 class RoutingIn(StrictSchema):
     routing: Routing = Field(description=ROUTING_HELP)
+
+
+class QueueIn(StrictSchema):
+    max_waiting: MaxWaiting = Field(description=MAX_WAITING_HELP)
+    queue_wait_s: QueueWait | None = Field(None, description=QUEUE_WAIT_HELP)
 
 
 class EngineSettingsIn(StrictSchema):

@@ -39,6 +39,8 @@ from placement.words import percent_of
 MOST_COPIES = 1000  # of one deployment: hosted, scaled or autoscaled
 REPLY_WAIT_MIN_S = 10
 REPLY_WAIT_MAX_S = 1800
+# Requests one gateway process holds for one deployment when its copies are full.
+MOST_WAITING = 10_000
 
 
 class Deployment(StateGuardedModel):
@@ -85,6 +87,16 @@ class Deployment(StateGuardedModel):
     # last, or the one a session has used (gateway/routing.py).
     routing = models.CharField(
         max_length=16, choices=RoutingPolicy.choices, default=RoutingPolicy.LEAST_LOADED
+    )
+    # When every copy is full: how many requests may wait at each gateway process (0: none,
+    # they go to the engines, which queue them), and for how long (empty: the reply wait).
+    max_waiting = models.PositiveIntegerField(
+        default=0, validators=[MaxValueValidator(MOST_WAITING)]
+    )
+    queue_wait_s = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(REPLY_WAIT_MAX_S)],
     )
     notices = models.JSONField(default=list, blank=True, editable=False)
     state = StateField(DeploymentState, default=DeploymentState.REQUESTED, editable=False)

@@ -17,6 +17,7 @@ urlpatterns = [
     path("<int:pk>/chat-name/", views.offer_in_chat, name="deployment_offer_in_chat"),
     path("<int:pk>/reply-wait/", views.reply_wait, name="deployment_reply_wait"),
     path("<int:pk>/routing/", views.routing, name="deployment_routing"),
+    path("<int:pk>/queue/", views.queue, name="deployment_queue"),
     path("<int:pk>/logs/", logs.deployment_logs, name="deployment_logs"),
     path("<int:pk>/logs/download/", logs.download_logs, name="deployment_logs_download"),
     # the hosting wizard (entry points: new/, new/?model=ID, new/?cluster=ID), the

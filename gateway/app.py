@@ -264,6 +264,7 @@ async def metrics(
             text += limits_text(service.LIMITS.refused)
             text += METER.text(caller)
             text += index_metrics(*service.ROUTING_INDEXES)
+            text += service.QUEUES.text(caller)
         reply = Reply(200, PROMETHEUS, text.encode())
     await send_reply(reply, send)
 

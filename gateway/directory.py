@@ -32,6 +32,7 @@ from gateway.keys import Caller
 # still answers: its operator asked for it to go.
 ROUTABLE = DEPLOYMENT_ACTIVE
 DEFAULT_BLOCK_SIZE = 16  # vLLM's, and the one its --block-size defaults to
+DEFAULT_MAX_NUM_SEQS = 256  # vLLM's sequences at once when --max-num-seqs is not given
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,11 @@ class Route:
     last_cold_start_s: float | None = None
     routing: str = RoutingPolicy.LEAST_LOADED  # gateway/routing.py
     block_size: int = DEFAULT_BLOCK_SIZE  # the engine's, in tokens: what its prefix cache keeps
+    # gateway/queueing.py: requests a copy's engine runs at once, and the queue when all are
+    # full (0: no queue)
+    copy_capacity: int = DEFAULT_MAX_NUM_SEQS
+    max_waiting: int = 0
+    queue_wait_s: int | None = None
 
     @property
     def state_label(self) -> str:
@@ -183,6 +189,8 @@ def load_table(keys: KeyBox) -> Table:
         "last_cold_start_s",
         "routing",
         "engine_settings",
+        "max_waiting",
+        "queue_wait_s",
     )
     return Table.of(route_of(row, by_deployment.get(row.pk, [])) for row in rows)
 
@@ -202,10 +210,15 @@ def route_of(deployment: Deployment, upstreams: list[Upstream]) -> Route:
         waking_since=deployment.waking_since.timestamp() if deployment.waking_since else None,
         last_cold_start_s=deployment.last_cold_start_s,
         routing=deployment.routing,
-        block_size=block_size_of(deployment.engine_settings),
+        block_size=positive_setting(deployment.engine_settings, "block_size", DEFAULT_BLOCK_SIZE),
+        copy_capacity=positive_setting(
+            deployment.engine_settings, "max_num_seqs", DEFAULT_MAX_NUM_SEQS
+        ),
+        max_waiting=deployment.max_waiting,
+        queue_wait_s=deployment.queue_wait_s,
     )
 
 
-def block_size_of(engine_settings: dict[str, object]) -> int:
-    size = engine_settings.get("block_size")
-    return size if isinstance(size, int) and size > 0 else DEFAULT_BLOCK_SIZE
+def positive_setting(engine_settings: dict[str, object], name: str, default: int) -> int:
+    value = engine_settings.get(name)
+    return value if isinstance(value, int) and value > 0 else default

@@ -372,6 +372,7 @@ class Flight:
             return
         self.finished = True
         self.hub.picker.done(self.upstream)
+        self.hub.queues.freed(self.route.id)
         if record:
             outcome = self.outcome()
             self.hub.figures.record(outcome)
@@ -555,6 +556,11 @@ async def relay(hub: Gateway, call: Call, routes: list[Route]) -> Reply:
     admission: Admission | None = None
     route = routes[0]
     wish = wish_for(routes, call.path == CHAT, call.body, call.session, *hub.routing_indexes)
+    try:
+        await hub.room_at_a_copy(call, routes)
+    except GatewayError as refused:  # its queue is full, or its wait passed
+        refused_before_a_copy(hub, call, route, refused.status)
+        raise
     try:
         for _attempt in range(2):
             chosen = hub.picker.choose(routes, tried, wish)

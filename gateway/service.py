@@ -25,12 +25,13 @@ from django.db import connection
 from console import live
 from deployments import load, waking
 from gateway import conf, errors, routing
-from gateway.directory import KeyBox, Table, Upstream, load_table
+from gateway.directory import KeyBox, Route, Table, Upstream, load_table
 from gateway.errors import GatewayError
 from gateway.figures import Figures
 from gateway.keys import Caller, KeyCache
 from gateway.limits import KeyLimits
 from gateway.picking import Picker
+from gateway.queueing import Queues
 from gateway.quotas import Book, Quotas, load_book
 from gateway.relay import Call, Reply, error_reply, json_reply, relay
 from gateway.usage import UsageBatch
@@ -70,6 +71,7 @@ KEYS = KeyCache(look_up_key)
 LIMITS = KeyLimits()
 USAGE = UsageBatch()
 ROUTING_INDEXES = routing.indexes()  # the prefix index and the session index
+QUEUES = Queues()
 
 
 @atexit.register
@@ -135,12 +137,21 @@ class Gateway:
         self.directory = Directory()
         self.picker = PICKER
         self.routing_indexes = ROUTING_INDEXES
+        self.queues = QUEUES
         self.figures = FIGURES
         self.usage = USAGE
         self.keys = KEYS
         self.waker = Waker()
         self.quotas = Quotas()  # its Redis client belongs to this event loop
         self.tasks: list[asyncio.Task[Any]] = []
+
+    async def room_at_a_copy(self, call: Call, routes: list[Route]) -> None:
+        """When every copy is full, wait in the deployment's queue, if it has one."""
+        route = routes[0]
+        if route.max_waiting and self.queues.full(routes, self.picker.in_flight):
+            left = route.reply_wait_s - (time.monotonic() - call.started)
+            wait_s = min(route.queue_wait_s or route.reply_wait_s, left)
+            await self.queues.wait_for_room(route, call.caller, wait_s)
 
     def in_background(self, work: Callable[..., Any], *args: Any) -> None:
         """Blocking database work that nothing waits for (an Event), in the database threads."""

@@ -68,8 +68,14 @@ def deployment_detail(request: HttpRequest, pk: int) -> HttpResponse:
     return render(request, "deployments/detail.html", context)
 
 
-FIELD_LABELS = {"reply_wait_s": "reply wait", "chat_name": "chat name", "copies": "copies",
-                "routing": "routing"}  # fmt: skip
+FIELD_LABELS = {
+    "reply_wait_s": "reply wait",
+    "chat_name": "chat name",
+    "copies": "copies",
+    "routing": "routing",
+    "max_waiting": "queue",
+    "queue_wait_s": "queue wait",
+}
 FIELD_LABELS |= {f"autoscaling.{name}": name.replace("_", " ") for name in autoscaling.FIELDS}
 
 
@@ -167,6 +173,12 @@ def reply_wait(request: HttpRequest, pk: int) -> HttpResponse:
 def routing(request: HttpRequest, pk: int) -> HttpResponse:
     policy = request.POST.get("routing", "")
     return operate(request, pk, lambda d: actions.set_routing(request.user, d, policy))
+
+
+@require_POST
+def queue(request: HttpRequest, pk: int) -> HttpResponse:
+    waiting, wait = request.POST.get("max_waiting", ""), request.POST.get("queue_wait_s", "")
+    return operate(request, pk, lambda d: actions.set_queue(request.user, d, waiting, wait))
 
 
 # How the confirmation page names each bulk action, and what it then does to each deployment.

@@ -179,6 +179,11 @@ def set_routing(pk: int, routing: str) -> Request:
     return Request("POST", f"/deployments/{pk}/routing", body={"routing": routing})
 
 
+def set_queue(pk: int, max_waiting: int, queue_wait_s: int | None) -> Request:
+    body = {"max_waiting": max_waiting, "queue_wait_s": queue_wait_s}
+    return Request("POST", f"/deployments/{pk}/queue", body=body)
+
+
 def action(pk: int, act: str) -> Request:
     """stop, start, check or retry: an action without a body."""
     return Request("POST", f"/deployments/{pk}/{act}")

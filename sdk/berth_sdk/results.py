@@ -179,6 +179,8 @@ class Deployment:
     copies: list[DeploymentCopy]
     autoscaling: Autoscaling | None = None  # None: a fixed number of copies
     routing: str = "least_loaded"  # how the gateway picks a copy: least_loaded, prefix, session
+    max_waiting: int = 0  # requests that may wait at each gateway when every copy is full
+    queue_wait_s: int | None = None  # for how long each (None: the reply wait)
 
     @property
     def served_as(self) -> str:
@@ -203,6 +205,8 @@ class Deployment:
             chat_name=str(data.get("chat_name", "")),
             reply_wait_s=data.get("reply_wait_s"),
             routing=str(data.get("routing", "least_loaded")),
+            max_waiting=int(data.get("max_waiting", 0)),
+            queue_wait_s=data.get("queue_wait_s"),
             state=DeploymentStatus(data["state"]),
             last_message=str(data.get("last_message", "")),
             last_checked_at=moment(data.get("last_checked_at")),

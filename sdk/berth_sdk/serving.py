@@ -315,6 +315,15 @@ class Serving:
         request = calls.set_routing(self._id(deployment), routing)
         return Deployment.from_api(self._transport.send(request))
 
+    def set_queue(
+        self, deployment: DeploymentRef, max_waiting: int, queue_wait_s: int | None = None
+    ) -> Deployment:
+        """When every copy is full (its engine's max_num_seqs in flight): up to `max_waiting`
+        requests wait at each gateway process (0: none, the engines queue them), each for
+        `queue_wait_s` (None: the reply wait); past the queue a 429, past the wait a 503."""
+        request = calls.set_queue(self._id(deployment), max_waiting, queue_wait_s)
+        return Deployment.from_api(self._transport.send(request))
+
     def stop_deployment(self, deployment: DeploymentRef) -> Deployment:
         return self._act(deployment, "stop")
 
@@ -623,6 +632,12 @@ class AsyncServing:
 
     async def set_routing(self, deployment: DeploymentRef, routing: str) -> Deployment:
         request = calls.set_routing(await self._id(deployment), routing)
+        return Deployment.from_api(await self._transport.send(request))
+
+    async def set_queue(
+        self, deployment: DeploymentRef, max_waiting: int, queue_wait_s: int | None = None
+    ) -> Deployment:
+        request = calls.set_queue(await self._id(deployment), max_waiting, queue_wait_s)
         return Deployment.from_api(await self._transport.send(request))
 
     async def stop_deployment(self, deployment: DeploymentRef) -> Deployment:

@@ -207,6 +207,7 @@ DEPLOYMENT_ACTIONS = [
     "deployment_offer_in_chat",
     "deployment_reply_wait",
     "deployment_routing",
+    "deployment_queue",
     "deployment_scale",
     "deployment_autoscaling",
     "deployment_stop",
@@ -320,6 +321,24 @@ def test_the_routing_form_shows_the_policy_refuses_an_unknown_one_and_saves_a_go
     assert "<small>Routing</small><strong>Session affinity</strong>" in saved
     assert as_carol.post(f"{url}/routing/", {"routing": "prefix"}).status_code == 403
     assert Deployment.objects.get(pk=red_deployment.pk).routing == "session"
+
+
+def test_the_queue_form_refuses_bad_bounds_and_saves_good_ones(as_bob, as_carol, red_deployment):
+    url = f"/deployments/{red_deployment.pk}"
+    assert "no queue" in as_bob.get(f"{url}/").content.decode()
+    page = as_bob.post(f"{url}/queue/", {"max_waiting": "lots"}, follow=True).content.decode()
+    assert "Not done: queue: must be a whole number, 0 or more" in page
+    page = as_bob.post(
+        f"{url}/queue/", {"max_waiting": "4", "queue_wait_s": "9999"}, follow=True
+    ).content.decode()
+    assert "Not done: queue wait: 9999 s is not allowed: use 1 to 1800 seconds" in page
+    page = as_bob.post(
+        f"{url}/queue/", {"max_waiting": "4", "queue_wait_s": ""}, follow=True
+    ).content.decode()
+    assert "Queue when every copy is full: up to 4 requests, each for the reply wait." in page
+    assert as_carol.post(f"{url}/queue/", {"max_waiting": "9"}).status_code == 403
+    saved = Deployment.objects.get(pk=red_deployment.pk)
+    assert (saved.max_waiting, saved.queue_wait_s) == (4, None)
 
 
 def test_a_chat_name_that_is_another_deployments_name_is_refused_and_not_proposed(

@@ -36,6 +36,7 @@ EVERY_PATH = {
     "/api/v1/deployments/{id}/chat-name",
     "/api/v1/deployments/{id}/reply-wait",
     "/api/v1/deployments/{id}/routing",
+    "/api/v1/deployments/{id}/queue",
     "/api/v1/deployments/{id}/engine-settings",
     "/api/v1/deployments/{id}/files",
     "/api/v1/deployments/{id}/logs",
@@ -188,6 +189,7 @@ def test_a_viewers_key_reads_but_changes_nothing(demo, carol, red):
         carols.post(f"/deployments/{deployment.pk}/chat-name", {"chat_name": "mine"}),
         carols.post(f"/deployments/{deployment.pk}/reply-wait", {"reply_wait_s": 60}),
         carols.post(f"/deployments/{deployment.pk}/routing", {"routing": "prefix"}),
+        carols.post(f"/deployments/{deployment.pk}/queue", {"max_waiting": 5}),
         carols.post(f"/deployments/{deployment.pk}/engine-settings", {"engine_settings": {}}),
         carols.delete(f"/deployments/{deployment.pk}"),
     ]
@@ -584,6 +586,29 @@ def test_an_operator_sets_the_routing_and_a_policy_that_is_not_one_is_refused(de
         },
     )
     assert Deployment.objects.get().routing == "prefix"
+
+
+def test_an_operator_sets_the_queue_and_bad_bounds_are_refused_naming_the_field(demo, bob, red):
+    deployment = on_demo("red-qwen", red)
+    bobs = Caller(bob)
+    url = f"/deployments/{deployment.pk}/queue"
+    set_ = bobs.post(url, {"max_waiting": 20, "queue_wait_s": 30})
+    assert set_.status_code == 200
+    assert (set_.json()["max_waiting"], set_.json()["queue_wait_s"]) == (20, 30)
+    assert deployment.events.first().message == (
+        "Queue when every copy is full: up to 20 requests, each for 30 s"
+    )
+    for body, field, detail in [
+        ({"max_waiting": -1}, "max_waiting", "max_waiting: -1 is not allowed: use 0 (no queue) to 10000"),
+        ({"max_waiting": 10001}, "max_waiting", "max_waiting: 10001 is not allowed: use 0 (no queue) to 10000"),
+        ({"max_waiting": 5, "queue_wait_s": 0}, "queue_wait_s",
+         "queue_wait_s: 0 s is not allowed: use 1 to 1800 seconds, or leave it empty to wait as "
+         "long as the reply wait"),
+    ]:  # fmt: skip
+        refused = bobs.post(url, body)
+        assert (refused.status_code, refused.json()) == (422, {"detail": detail, "field": field})
+    unset = bobs.post(url, {"max_waiting": 0})
+    assert (unset.json()["max_waiting"], unset.json()["queue_wait_s"]) == (0, None)
 
 
 def test_stop_start_check_and_delete_follow_the_deployments_state(demo, bob, red):

@@ -6,8 +6,10 @@ themselves (gateway/picking.py, gateway/routing.py)."""
 from __future__ import annotations
 
 import re
+import time
 import tracemalloc
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -18,11 +20,11 @@ from gateway.picking import Picker
 from gateway.routing import ENTRY_BYTES, LruIndex, Wish, block_hashes, prompt_text, wish_for
 from tests import factories
 from tests.integration.test_gateway import Engine, key_for, on_offer, post, serving, serving_engines
-from tests.processes import gateway_server
+from tests.processes import gateway_server, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
-NAMES = ["red-prefix", "red-session"]
+NAMES = ["red-prefix", "red-session", "red-queue"]
 SYSTEM_A = "You answer questions about ships. " * 40
 SYSTEM_B = "You answer questions about trains. " * 40
 
@@ -207,3 +209,91 @@ def test_a_wish_names_the_copy_only_among_its_deployments_ready_copies():
     index.remember([1, 2], copy_id=3)
     assert wish.preferred(route(RoutingPolicy.PREFIX).upstreams) == 3
     assert wish.preferred(route(RoutingPolicy.PREFIX, (1, 2)).upstreams) is None
+
+
+# ---------------------------------------------------------------- the queue
+
+
+def long_chat(gateway: str, key: str, tokens: int) -> tuple[httpx.Response, float]:
+    """A chat that runs to `tokens` tokens (ignore_eos), and when its reply came back."""
+    body = {"model": "red-queue", "messages": [{"role": "user", "content": "Go on"}],
+            "max_tokens": tokens, "ignore_eos": True}  # fmt: skip
+    reply = post(f"{gateway}/v1/chat/completions", key, body)
+    return reply, time.monotonic()
+
+
+def queued(gateway: str, copies: list[Engine], red, **fields) -> None:
+    """red-queue on one copy whose engine runs one request at a time (max_num_seqs 1)."""
+    deployment = factories.make_deployment(
+        "red-queue", red, engine_settings={"max_num_seqs": 1}, **fields
+    )
+    serving(deployment, copies[0].port)
+
+
+def test_past_a_full_copy_requests_wait_in_turn_and_past_the_queue_get_429(
+    gateway, copies, bob, red
+):
+    queued(gateway, copies, red, max_waiting=2)
+    key = key_for(bob)
+    on_offer(gateway, key, "red-queue")
+    with ThreadPoolExecutor(4) as pool:
+        first = pool.submit(long_chat, gateway, key, 100)  # 0.5 s at the copy
+        wait_for(lambda: copies[0].running() == 1, 10, 0.02, "the first at the copy")
+        waiting = [pool.submit(long_chat, gateway, key, 20) for _ in range(2)]
+        wait_for(lambda: queue_length(gateway, key) == 2, 10, 0.02, "two waiting")
+        refused, _at = long_chat(gateway, key, 20)
+        answers = [first.result(30), *(w.result(30) for w in waiting)]
+    assert (refused.status_code, refused.headers["retry-after"]) == (429, "2")
+    assert refused.json()["error"]["message"] == (
+        "Every copy of red-queue is busy and 2 requests already wait for one; try again in a "
+        "few seconds, or ask an operator for more copies."
+    )
+    assert [reply.status_code for reply, _at in answers] == [200, 200, 200]
+    assert queue_length(gateway, key) == 0
+
+
+def test_a_request_that_waits_past_its_queue_wait_gets_503(gateway, copies, bob, red):
+    queued(gateway, copies, red, max_waiting=5, queue_wait_s=1)
+    key = key_for(bob)
+    on_offer(gateway, key, "red-queue")
+    with ThreadPoolExecutor(1) as pool:
+        busy = pool.submit(long_chat, gateway, key, 600)  # 3 s at the copy
+        wait_for(lambda: copies[0].running() == 1, 10, 0.02, "the first at the copy")
+        late, _at = long_chat(gateway, key, 5)
+        assert busy.result(30)[0].status_code == 200
+    assert (late.status_code, late.headers["retry-after"]) == (503, "5")
+    assert late.json()["error"]["message"] == (
+        "Every copy of red-queue stayed busy for the 1 s this request waited; try again "
+        "shortly, or ask an operator for more copies."
+    )
+
+
+def test_the_waiting_requests_of_two_keys_take_turns(gateway, copies, bob, red):
+    queued(gateway, copies, red, max_waiting=10)
+    first_key, second_key = key_for(bob), key_for(bob)
+    on_offer(gateway, first_key, "red-queue")
+    with ThreadPoolExecutor(4) as pool:
+        running = pool.submit(long_chat, gateway, first_key, 100)
+        wait_for(lambda: copies[0].running() == 1, 10, 0.02, "the first at the copy")
+        firsts = []
+        for number in range(2):
+            firsts.append(pool.submit(long_chat, gateway, first_key, 40))
+            wait_for(lambda n=number: queue_length(gateway, first_key) == n + 1, 10, 0.02,
+                     "the first key's requests waiting")  # fmt: skip
+        second = pool.submit(long_chat, gateway, second_key, 40)
+        wait_for(lambda: queue_length(gateway, first_key) == 3, 10, 0.02, "three waiting")
+        running.result(30)
+        ended = {"first key, 1st": firsts[0].result(30)[1], "first key, 2nd": firsts[1].result(30)[1],
+                 "second key": second.result(30)[1]}  # fmt: skip
+    # The second key's request came last but was served before the first key's second.
+    assert sorted(ended, key=ended.__getitem__) == [
+        "first key, 1st",
+        "second key",
+        "first key, 2nd",
+    ]
+
+
+def queue_length(gateway: str, key: str) -> int:
+    text = httpx.get(f"{gateway}/metrics", headers={"Authorization": f"Bearer {key}"}).text
+    found = re.search(r'^berth_gateway_queue_waiting\{deployment="red-queue"\} (\d+)$', text, re.M)
+    return int(found.group(1)) if found else 0

@@ -71,6 +71,8 @@ def test_deploy_model_waits_for_deployed_or_returns_at_once_and_logs_follow_a_ch
         with pytest.raises(BerthAPIError) as no_policy:
             client.serving.set_routing(pk, "nearest")
         assert (no_policy.value.status_code, no_policy.value.field) == (422, "routing")
+        queued = client.serving.set_queue(pk, 16, queue_wait_s=30)
+        assert (queued.max_waiting, queued.queue_wait_s) == (16, 30)
 
         later = deploy(client, name="later", wait=False, routing="prefix")
         assert client.serving.get_deployment(later).routing == "prefix"

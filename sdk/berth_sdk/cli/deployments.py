@@ -103,6 +103,7 @@ def say_deployment(out: Out, deployment: Deployment) -> None:
             ("autoscaling", autoscaling_words(deployment.autoscaling)),
             ("chat name", deployment.chat_name or "- (not in chat)"),
             ("routing", deployment.routing),
+            ("queue", queue_words(deployment)),
             ("last error", error_words(deployment)),
         ]
     )
@@ -123,6 +124,13 @@ def say_deployment(out: Out, deployment: Deployment) -> None:
                 for copy in deployment.copies
             ],
         )
+
+
+def queue_words(deployment: Deployment) -> str:
+    if not deployment.max_waiting:
+        return "none (the engines queue)"
+    wait = f"{deployment.queue_wait_s} s" if deployment.queue_wait_s else "the reply wait"
+    return f"up to {deployment.max_waiting} when every copy is full, each for {wait}"
 
 
 def autoscaling_words(policy: Autoscaling | None) -> str:
@@ -453,6 +461,19 @@ def route(app: App, name: str, policy: str) -> None:
     OpenAI `user`). prefix and session give way when that copy is busier than the others.
     The copies go on serving."""
     said(app, app.client().serving.set_routing(name, policy), "Routing")
+
+
+@cli.command("queue", short_help="A queue at the gateway for when every copy is full.")
+@NAME
+@click.option("--max-waiting", type=int, required=True, help="requests that may wait (0: none)")
+@click.option("--wait", "wait_s", type=int, help="seconds each may wait  [default: the reply wait]")
+@output_option
+@click.pass_obj
+def queue(app: App, name: str, max_waiting: int, wait_s: int | None) -> None:
+    """When every copy of NAME is full (its engine's max_num_seqs in flight), let up to
+    --max-waiting requests wait at each gateway process, each for --wait seconds; past the
+    queue a request gets 429, past its wait 503. --max-waiting 0: no queue."""
+    said(app, app.client().serving.set_queue(name, max_waiting, wait_s), "Queue set for")
 
 
 def said(app: App, deployment: Deployment, doing: str) -> None:
