@@ -124,9 +124,10 @@ def test_deploy_follows_to_deployed_in_plain_lines_then_every_command_works(bert
     ]  # fmt: skip
     queue = run(berth_console, "queue", "cli-qwen", "--max-waiting", "8", "--wait", "20")
     assert queue.returncode == 0 and "Queue set for cli-qwen" in queue.stdout
-    assert "up to 8 when every copy is full, each for 20 s" in run(
-        berth_console, "status", "cli-qwen"
-    ).stdout
+    assert (
+        "up to 8 when every copy is full, each for 20 s"
+        in run(berth_console, "status", "cli-qwen").stdout
+    )
     bad_queue = run(berth_console, "queue", "cli-qwen", "--max-waiting", "-3")
     assert bad_queue.returncode == 1 and bad_queue.stderr.strip() == (
         "berth: the console refused (HTTP 422) [max_waiting]: max_waiting: -3 is not allowed: "
