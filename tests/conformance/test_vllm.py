@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from clusters.registry import engine_programs
 from deployments import engine_figures
@@ -142,6 +143,54 @@ def test_metrics_become_berths_engine_figures(kind, serving):
         "ttft_count",
         "kv_cache_usage",
     }
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_prefix_cache_hits_a_prompts_whole_blocks_the_second_time_and_none_the_first(
+    kind, serving
+):
+    engine = serving[kind]
+    block = block_size_of(engine)
+    words = " ".join(f"{kind}-word{i}" for i in range(60))  # a prompt no other test sends
+
+    def sent(prompt: str) -> tuple[float, float, int]:
+        before = cache_counters(engine)
+        body = {"model": SERVED, "prompt": prompt, "max_tokens": 1}
+        answer = httpx.post(f"http://127.0.0.1:{engine.port}/v1/completions", json=body,
+                            headers={"Authorization": f"Bearer {KEY}"}, timeout=60)  # fmt: skip
+        assert answer.status_code == 200, answer.text
+        after = cache_counters(engine)
+        prompt_tokens = answer.json()["usage"]["prompt_tokens"]
+        return after[0] - before[0], after[1] - before[1], prompt_tokens
+
+    hits, queries, tokens = sent(words)
+    assert (hits, queries) == (0, tokens)
+    hits, queries, tokens = sent(words)  # all of it cached: whole blocks, short of the last token
+    assert (hits, queries) == ((tokens - 1) // block * block, tokens)
+    hits, _queries, _tokens = sent("Another prompt entirely, " + words)
+    assert hits == 0  # its first block differs: no later block can match
+
+
+def cache_counters(engine: Started) -> tuple[float, float]:
+    """vllm:prefix_cache_hits_total and _queries_total (in tokens) on the engine's /metrics."""
+    status, body = engine.get("/metrics")
+    assert status == 200
+    found = {}
+    for family in text_string_to_metric_families(body.decode()):
+        for sample in family.samples:
+            if sample.name in ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"):
+                found[sample.name] = found.get(sample.name, 0.0) + sample.value
+    return found["vllm:prefix_cache_hits_total"], found["vllm:prefix_cache_queries_total"]
+
+
+def block_size_of(engine: Started) -> int:
+    """The engine's KV block size, as its vllm:cache_config_info says."""
+    _status, body = engine.get("/metrics")
+    for family in text_string_to_metric_families(body.decode()):
+        for sample in family.samples:
+            if sample.name == "vllm:cache_config_info":
+                return int(sample.labels["block_size"])
+    raise AssertionError("no vllm:cache_config_info on the engine's /metrics")
 
 
 # ---------------------------------------------------------------- failures at start
