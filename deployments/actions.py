@@ -126,17 +126,26 @@ def parse_copies(raw: Any) -> int:
 
 
 def parse_reply_wait(raw: Any) -> int | None:
+    return seconds_or_none(raw, "reply_wait_s", REPLY_WAIT_MIN_S, "for the gateway's default")
+
+
+def parse_queue_wait(raw: Any) -> int | None:
+    return seconds_or_none(raw, "queue_wait_s", 1, "to wait as long as the reply wait")
+
+
+def seconds_or_none(raw: Any, field: str, lowest: int, empty_means: str) -> int | None:
+    """Whole seconds from `lowest` to REPLY_WAIT_MAX_S, or None for an empty value."""
     if raw in (None, ""):
         return None
     try:
         wait = int(raw)
     except (TypeError, ValueError):
-        raise ActionRefused("must be a whole number of seconds", "reply_wait_s") from None
-    if not REPLY_WAIT_MIN_S <= wait <= REPLY_WAIT_MAX_S:
+        raise ActionRefused("must be a whole number of seconds", field) from None
+    if not lowest <= wait <= REPLY_WAIT_MAX_S:
         raise ActionRefused(
-            f"{wait} s is not allowed: use {REPLY_WAIT_MIN_S} to {REPLY_WAIT_MAX_S} seconds, "
-            "or leave it empty for the gateway's default",
-            "reply_wait_s",
+            f"{wait} s is not allowed: use {lowest} to {REPLY_WAIT_MAX_S} seconds, "
+            f"or leave it empty {empty_means}",
+            field,
         )
     return wait
 
@@ -151,22 +160,6 @@ def parse_max_waiting(raw: Any) -> int:
             f"{waiting} is not allowed: use 0 (no queue) to {MOST_WAITING}", "max_waiting"
         )
     return waiting
-
-
-def parse_queue_wait(raw: Any) -> int | None:
-    if raw in (None, ""):
-        return None
-    try:
-        wait = int(raw)
-    except (TypeError, ValueError):
-        raise ActionRefused("must be a whole number of seconds", "queue_wait_s") from None
-    if not 1 <= wait <= REPLY_WAIT_MAX_S:
-        raise ActionRefused(
-            f"{wait} s is not allowed: use 1 to {REPLY_WAIT_MAX_S} seconds, or leave it empty "
-            "to wait as long as the reply wait",
-            "queue_wait_s",
-        )
-    return wait
 
 
 def parse_routing(raw: Any) -> str:

@@ -125,6 +125,7 @@ class Flight:
         self.failed = self.timed_out = self.ended = self.finished = False
         # For a stream continued at another copy (gateway/resume.py): what the client has been
         # sent, the copies tried, and the tokens earlier copies generated.
+        self.keeps_sent = call.wants_stream and resume.may_continue(call.path, call.body, 0)
         self.sent = bytearray()
         self.tried = {upstream.copy_id}
         self.resumes = 0
@@ -214,7 +215,7 @@ class Flight:
                     usage = sse.usage_of(bytes(held))  # a short reply may come in one read
                     if usage is not None:
                         self.take_usage(usage)
-                    if self.call.wants_stream:
+                    if self.keeps_sent:
                         self.sent += held
                     return bytes(held)
             skipped += len(payloads)
@@ -248,7 +249,7 @@ class Flight:
             self.tail = (self.tail + piece)[-EMBEDDING_TAIL:]
             return self.relayed(piece)
         self.count(piece)
-        if self.call.wants_stream:
+        if self.keeps_sent:
             self.sent += piece
         if self.carried:
             piece = resume.whole_usage(piece, self.carried)

@@ -134,18 +134,7 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 
 def serve(server: str, port: int, engine_port: int) -> None:
     """Run the gateway with a fixed table: one deployment, one ready copy at the engine."""
-    os.environ.update(
-        DJANGO_SETTINGS_MODULE="console.settings",
-        BERTH_DEBUG="true",
-        DATABASE_URL="postgresql://bench@127.0.0.1:9/not-used",
-        REDIS_URL="redis://127.0.0.1:9/0",
-        BERTH_GATEWAY_FLUSH_S="3600",
-        BERTH_GATEWAY_REFRESH_S="300",
-        BERTH_LOG_LEVEL="ERROR",
-    )
-    import django
-
-    django.setup()
+    without_database()
     fix_the_table(engine_port)
     if server == "uvicorn":
         import uvicorn
@@ -162,27 +151,49 @@ def serve(server: str, port: int, engine_port: int) -> None:
     Server(application, endpoints=[endpoint], verbosity=0).run()
 
 
+def without_database(**extra: str) -> None:
+    """Django set up for a gateway whose table and key are fixed (install): no database and
+    no Redis to reach, no figures to flush."""
+    os.environ.update(
+        DJANGO_SETTINGS_MODULE="console.settings",
+        BERTH_DEBUG="true",
+        DATABASE_URL="postgresql://bench@127.0.0.1:9/not-used",
+        REDIS_URL="redis://127.0.0.1:9/0",
+        BERTH_GATEWAY_FLUSH_S="3600",
+        BERTH_GATEWAY_REFRESH_S="300",
+        BERTH_LOG_LEVEL="ERROR",
+        **extra,
+    )
+    import django
+
+    django.setup()
+
+
 def fix_the_table(engine_port: int) -> None:
+    from gateway import directory
+
+    url = f"http://127.0.0.1:{engine_port}"
+    upstream = directory.Upstream(1, 1, url, {"Authorization": f"Bearer {ENGINE_KEY}"})
+    install([bench_route(directory, 1, MODEL, (upstream,))])
+
+
+def bench_route(
+    directory: Any, number: int, name: str, upstreams: tuple[Any, ...], **more: Any
+) -> Any:
+    return directory.Route(
+        id=number, name=name, team_id=1, team_name="bench", created=0, chat_name="",
+        state="DEPLOYED", served_name=name, reply_wait_s=180, upstreams=upstreams, **more,
+    )  # fmt: skip
+
+
+def install(routes: list[Any]) -> None:
+    """The gateway's table is these routes, and CLIENT_KEY is a known key of team 1."""
     from console.models import hash_secret
     from gateway import directory, service
     from gateway.keys import Caller
     from gateway.quotas import Book
 
-    url = f"http://127.0.0.1:{engine_port}"
-    upstream = directory.Upstream(1, 1, url, {"Authorization": f"Bearer {ENGINE_KEY}"})
-    route = directory.Route(
-        id=1,
-        name=MODEL,
-        team_id=1,
-        team_name="bench",
-        created=0,
-        chat_name="",
-        state="DEPLOYED",
-        served_name=MODEL,
-        reply_wait_s=180,
-        upstreams=(upstream,),
-    )
-    table = directory.Table.of([route])
+    table = directory.Table.of(routes)
     service.load_table = lambda keys: table  # type: ignore[assignment]
     service.load_book = Book  # no quotas: read with the table, from the database it has not
     caller = Caller(1, "bench", False, frozenset({1}))

@@ -30,7 +30,6 @@ import argparse
 import asyncio
 import json
 import math
-import os
 import random
 import statistics
 import sys
@@ -103,60 +102,22 @@ def start_gateway(engine_ports: list[int]) -> tuple[Any, int]:
 
 def serve(port: int, engine_ports: list[int]) -> None:
     """The gateway with a fixed table: both deployments, a ready copy at each engine."""
-    os.environ.update(
-        DJANGO_SETTINGS_MODULE="console.settings",
-        BERTH_DEBUG="true",
-        DATABASE_URL="postgresql://bench@127.0.0.1:9/not-used",
-        REDIS_URL="redis://127.0.0.1:9/0",
-        BERTH_GATEWAY_FLUSH_S="3600",
-        BERTH_GATEWAY_REFRESH_S="300",
-        BERTH_USAGE_METERING="false",  # no database to write usage records to
-        BERTH_LOG_LEVEL="ERROR",
-    )
-    import django
-
-    django.setup()
+    bench_gateway.without_database(BERTH_USAGE_METERING="false")  # no database for the records
     import uvicorn
 
+    from gateway import directory
     from gateway.app import application
-
-    fix_the_table(engine_ports)
-    uvicorn.run(application, host="127.0.0.1", port=port, log_level="error", access_log=False)
-
-
-def fix_the_table(engine_ports: list[int]) -> None:
-    from console.models import hash_secret
-    from gateway import directory, service
-    from gateway.keys import Caller
-    from gateway.quotas import Book
 
     headers = {"Authorization": f"Bearer {bench_gateway.ENGINE_KEY}"}
     routes = []
     for number, (policy, name) in enumerate(POLICIES.items(), start=1):
         upstreams = tuple(
-            directory.Upstream(number * 100 + i, number, f"http://127.0.0.1:{port}", headers)
-            for i, port in enumerate(engine_ports)
+            directory.Upstream(number * 100 + i, number, f"http://127.0.0.1:{engine}", headers)
+            for i, engine in enumerate(engine_ports)
         )
-        routes.append(
-            directory.Route(
-                id=number,
-                name=name,
-                team_id=1,
-                team_name="bench",
-                created=0,
-                chat_name="",
-                state="DEPLOYED",
-                served_name=name,
-                reply_wait_s=180,
-                upstreams=upstreams,
-                routing=policy,
-            )  # fmt: skip
-        )
-    table = directory.Table.of(routes)
-    service.load_table = lambda keys: table  # type: ignore[assignment]
-    service.load_book = Book  # no quotas
-    caller = Caller(1, "bench", False, frozenset({1}))
-    service.KEYS.known[hash_secret(bench_gateway.CLIENT_KEY)] = (math.inf, caller)
+        routes.append(bench_gateway.bench_route(directory, number, name, upstreams, routing=policy))
+    bench_gateway.install(routes)
+    uvicorn.run(application, host="127.0.0.1", port=port, log_level="error", access_log=False)
 
 
 # ---------------------------------------------------------------- load
