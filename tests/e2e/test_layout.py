@@ -82,6 +82,8 @@ NOT_PAGES = {
     "deployment_sync_files": "POST only",
     "deployment_offer_in_chat": "POST only",
     "deployment_reply_wait": "POST only",
+    "deployment_routing": "POST only",
+    "deployment_queue": "POST only",
     "deployment_logs_download": "a download (text/plain), not a page",
     "deployment_engine_settings_check": "POST only (htmx check of the editor)",
     "deployment_scale_fit": "htmx fragment inside the scale dialog, which is opened",
