@@ -18,7 +18,7 @@ from django.core.management import call_command
 from django.test import Client
 from django.urls import reverse
 
-from clusters.backends.ray.backend import NODE_GONE, namespace_of
+from clusters.backends.ray.backend import namespace_of
 from clusters.models import Cluster, Machine
 from console.models import ApiKey
 from deployments import actions, watcher
@@ -321,8 +321,9 @@ def test_a_copy_whose_node_dies_leaves_it_and_waits_with_the_reason(
             raise AssertionError(f"{late}: {described(lonely)}") from None
         gone = f"Its machine {copy.machine.name} is no longer reported; placing it again."
         assert lonely.events.filter(copy=copy, message=gone).exists()
-        assert lonely.events.filter(copy=copy, to_state="STARTING",
-                                    message__startswith=NODE_GONE).exists()  # fmt: skip
+        # Whether the watcher also saw Ray restarting the actor (a STARTING event saying
+        # NODE_GONE) depends on whether it looked in the second or so before discovery found
+        # the machine gone: two full runs in six missed it. The outcome above is the contract.
         assert not Machine.objects.get(pk=copy.machine_id).ready
         assert not Reservation.objects.filter(copy=copy).exists()  # its room is not held
         assert Deployment.objects.get(pk=lonely.pk).state != DeploymentState.DEPLOYED
