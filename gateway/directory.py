@@ -27,12 +27,14 @@ from deployments.launching import served_name
 from deployments.models import Copy, Deployment
 from gateway import errors
 from gateway.keys import Caller
+from placement.types import EngineSettings
 
 # A deployment that is stopping, stopped or failed gets no traffic, even from a copy that
 # still answers: its operator asked for it to go.
 ROUTABLE = DEPLOYMENT_ACTIVE
 DEFAULT_BLOCK_SIZE = 16  # vLLM's, and the one its --block-size defaults to
-DEFAULT_MAX_NUM_SEQS = 256  # vLLM's sequences at once when --max-num-seqs is not given
+# vLLM's sequences at once when --max-num-seqs is not given: the estimate's (placement).
+DEFAULT_MAX_NUM_SEQS = EngineSettings.max_num_seqs
 
 
 @dataclass(frozen=True)

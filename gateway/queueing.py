@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from gateway.directory import Route
 from gateway.errors import GatewayError
 from gateway.keys import Caller
-from gateway.meter import escaped
+from gateway.metrics import family
 
 WAITING = "berth_gateway_queue_waiting"
 
@@ -94,12 +94,13 @@ class Queues:
             queue.next_turn()
 
     def text(self, caller: Caller) -> str:
-        lines = [f"# HELP {WAITING} Requests waiting in this process's queue for a copy.",
-                 f"# TYPE {WAITING} gauge"]  # fmt: skip
-        for queue in sorted(self.queues.values(), key=lambda q: q.route.name):
-            if caller.is_staff or queue.route.team_id in caller.team_ids:
-                lines.append(f'{WAITING}{{deployment="{escaped(queue.route.name)}"}} {queue.count}')
-        return "\n".join(lines) + "\n"
+        shown = sorted(
+            (queue.route.name, queue.count)
+            for queue in self.queues.values()
+            if caller.is_staff or queue.route.team_id in caller.team_ids
+        )
+        doc = "Requests waiting in this process's queue for a copy."
+        return "\n".join(family(WAITING, "gauge", doc, shown)) + "\n"
 
 
 def queue_full(route: Route) -> GatewayError:

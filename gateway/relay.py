@@ -125,7 +125,11 @@ class Flight:
         self.failed = self.timed_out = self.ended = self.finished = False
         # For a stream continued at another copy (gateway/resume.py): what the client has been
         # sent, the copies tried, and the tokens earlier copies generated.
-        self.keeps_sent = call.wants_stream and resume.may_continue(call.path, call.body, 0)
+        self.continuable = (
+            call.wants_stream
+            and call.path in (CHAT, COMPLETIONS)
+            and resume.may_continue(call.path == CHAT, call.body, 0)
+        )
         self.sent = bytearray()
         self.tried = {upstream.copy_id}
         self.resumes = 0
@@ -215,7 +219,7 @@ class Flight:
                     usage = sse.usage_of(bytes(held))  # a short reply may come in one read
                     if usage is not None:
                         self.take_usage(usage)
-                    if self.keeps_sent:
+                    if self.continuable:
                         self.sent += held
                     return bytes(held)
             skipped += len(payloads)
@@ -249,7 +253,7 @@ class Flight:
             self.tail = (self.tail + piece)[-EMBEDDING_TAIL:]
             return self.relayed(piece)
         self.count(piece)
-        if self.keeps_sent:
+        if self.continuable:
             self.sent += piece
         if self.carried:
             piece = resume.whole_usage(piece, self.carried)
@@ -264,8 +268,8 @@ class Flight:
         stream early): a streaming client's answer goes on at another copy where one can take
         it (gateway/resume.py); else it ends here, with an error event where the connection
         broke."""
-        if self.call.wants_stream and resume.may_continue(self.call.path, self.call.body,
-                                                          self.resumes):  # fmt: skip
+        chat = self.call.path == CHAT
+        if self.continuable and resume.may_continue(chat, self.call.body, self.resumes):
             continued = await self.continued(why)
             if continued is not None:
                 return self.relayed(continued)
@@ -298,7 +302,7 @@ class Flight:
         first_token_at, chunks = self.first_token_at, self.chunks
         try:
             self.response = await self.post(
-                resume.continuation_body(self.call.path, self.call.body, so_far)
+                resume.continuation_body(self.call.path == CHAT, self.call.body, so_far)
             )
             if self.response.status != 200:
                 return None

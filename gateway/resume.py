@@ -25,9 +25,6 @@ from deployments.choices import EventKind
 from deployments.models import Copy, Deployment, Event
 from gateway import sse
 
-CHAT = "/v1/chat/completions"
-COMPLETIONS = "/v1/completions"
-
 
 @dataclass(frozen=True)
 class SoFar:
@@ -38,14 +35,13 @@ class SoFar:
     tokens: int
 
 
-def may_continue(path: str, body: dict[str, Any], resumes: int) -> bool:
+def may_continue(chat: bool, body: dict[str, Any], resumes: int) -> bool:
+    """Whether a chat's (else a completion's) stream may go on at another copy once more."""
     if resumes >= int(settings.GATEWAY_STREAM_RESUMES):
         return False
     if body.get("n") not in (None, 1):
         return False
-    if path == COMPLETIONS:
-        return isinstance(body.get("prompt"), str)
-    return path == CHAT
+    return chat or isinstance(body.get("prompt"), str)
 
 
 def may_retry() -> bool:
@@ -72,14 +68,14 @@ def sent_so_far(sent: bytes, chat: bool) -> SoFar:
     return SoFar(stream_id, "".join(text), tokens)
 
 
-def continuation_body(path: str, body: dict[str, Any], so_far: SoFar) -> dict[str, Any]:
+def continuation_body(chat: bool, body: dict[str, Any], so_far: SoFar) -> dict[str, Any]:
     """The client's body, asking for the rest of the answer (before upstream_body's own
     changes: the engine's model name, a stream with usage)."""
     asked = dict(body)
     for limit in ("max_tokens", "max_completion_tokens"):
         if isinstance(asked.get(limit), int):
             asked[limit] = max(1, asked[limit] - so_far.tokens)
-    if path == COMPLETIONS:
+    if not chat:
         asked["prompt"] = body["prompt"] + so_far.text
         return asked
     messages = list(body.get("messages") or [])
@@ -132,8 +128,8 @@ def say_continued(deployment_id: int, from_copy: int, to_copy: int, tokens: int,
     deployment = Deployment.objects.filter(pk=deployment_id).first()
     if deployment is None:
         return
-    broken = Copy.objects.filter(pk=from_copy).values_list("ordinal", flat=True).first()
-    taking = Copy.objects.filter(pk=to_copy).values_list("ordinal", flat=True).first()
+    ordinals = dict(Copy.objects.filter(pk__in=[from_copy, to_copy]).values_list("pk", "ordinal"))
+    broken, taking = ordinals.get(from_copy), ordinals.get(to_copy)
     Event.objects.create(
         deployment=deployment,
         deployment_name=deployment.name,

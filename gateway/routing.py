@@ -34,7 +34,8 @@ SESSION_HEADER = "x-berth-session"
 CHARS_PER_TOKEN = 4  # about, for English text and code under the common tokenizers
 MOST_BLOCKS = 512  # the leading blocks hashed (with vLLM's 16: the first 8,192 tokens or so)
 # Accounted memory of one entry: an OrderedDict's node with an int key and an int value
-# (tests/unit/test_routing.py measures it with tracemalloc: about 150 bytes on CPython 3.11).
+# (tests/integration/test_routing.py checks it with tracemalloc: about 110 bytes on CPython
+# 3.11, so the bound errs on the side of less memory).
 ENTRY_BYTES = 200
 
 

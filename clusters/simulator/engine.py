@@ -423,8 +423,7 @@ class Engine:
 
     def prefix_caching(self, resolved: Resolved) -> bool:
         """On unless --no-enable-prefix-caching, as in vLLM V1; a pooling model's is off."""
-        asked = self.ns.enable_prefix_caching
-        return not resolved.pooling if asked is None else bool(asked) and not resolved.pooling
+        return self.ns.enable_prefix_caching is not False and not resolved.pooling
 
     async def _serve(self, resolved: Resolved, plan: MemoryPlan, sock: socket.socket) -> int:
         self.state = self._build_state(resolved, plan)

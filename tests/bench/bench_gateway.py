@@ -67,20 +67,22 @@ def free_port() -> int:
 
 
 def start_engine(size: Size) -> tuple[subprocess.Popen[bytes], int]:
+    speed = {"ttft_s": size.ttft_s, "tokens_per_second": size.tokens_per_second}
+    return start_simulator([MODEL], [], reply_tokens=size.reply_tokens, **speed)
+
+
+def start_simulator(
+    names: list[str], flags: list[str], **settings: Any
+) -> tuple[subprocess.Popen[bytes], int]:
+    """An engine simulator on a free port, loaded at once, answering to `names` with
+    ENGINE_KEY; `settings` are its own (clusters.simulator.contract.SimSettings)."""
     from clusters.simulator.contract import build_env, serve_argv
 
     port = free_port()
-    env = build_env(
-        load_s_per_gb=0.0,
-        init_s=0.0,
-        ttft_s=size.ttft_s,
-        tokens_per_second=size.tokens_per_second,
-        reply_tokens=size.reply_tokens,
-        stats_interval_s=3600,
-    )
+    env = build_env(load_s_per_gb=0.0, init_s=0.0, stats_interval_s=3600, **settings)
     argv = serve_argv("Qwen/Qwen3-0.6B", "--host", "127.0.0.1", "--port", str(port),
-                      "--api-key", ENGINE_KEY, "--served-model-name", MODEL,
-                      "--max-model-len", "4096", "--disable-uvicorn-access-log")  # fmt: skip
+                      "--api-key", ENGINE_KEY, "--served-model-name", *names,
+                      "--max-model-len", "4096", "--disable-uvicorn-access-log", *flags)  # fmt: skip
     return spawn(argv, env), port
 
 

@@ -13,7 +13,7 @@ The load: 32 conversations at once, 8 turns each, each turn sending the whole co
 far (as chat clients do) after its own 2,000-token opening (a user's document, a long system
 prompt with their context), with a pause between a reply and the next question (people read:
 without one, the copy that has just answered is the least loaded, and least_loaded routing
-sticks to it by chance). A copy's KV cache holds about a quarter of the conversations' text
+sticks to it by chance). A copy's KV cache holds about a third of the conversations' text
 (`--kv-cache-memory-bytes`), as a share of a GPU does: spread at random over the copies, a turn
 seldom finds its conversation still cached; routed by prefix, it finds it at the copy it used.
 The simulator's prefill time counts only the tokens its prefix cache did not hold (vLLM's
@@ -55,7 +55,7 @@ class Size:
     turns: int
     opening_tokens: int
     reply_tokens: int
-    kv_cache_bytes: int  # each copy's: about a quarter of all the conversations' text
+    kv_cache_bytes: int  # each copy's: a third to a half of all the conversations' text
     tokens_per_second: float = 100.0
     prefill_tokens_per_second: float = 5_000.0  # a GPU share's: prefill is what a hit saves
     ttft_s: float = 0.02
@@ -64,34 +64,25 @@ class Size:
     overhead_rounds: int = 5
 
 
-# Qwen3-0.6B keeps 112 KiB of KV per token: 3 GiB is about 28,000 tokens a copy, a quarter
-# of 32 conversations of up to 2,000 + 8 × 24 tokens.
+# Qwen3-0.6B keeps 112 KiB of KV per token: 2.5 GiB is about 23,400 tokens a copy, a third
+# of 32 conversations of up to 2,250 tokens each.
 FULL = Size(4, 32, 8, 2000, 16, 5 << 29)
-SMOKE = Size(2, 8, 3, 1000, 16, 1 << 29, streams=8, overhead_rounds=1)  # half a GiB: ~4,600
+# Half a GiB: about 4,700 tokens a copy, half of 8 conversations of up to 1,150 tokens.
+SMOKE = Size(2, 8, 3, 1000, 16, 1 << 29, streams=8, overhead_rounds=1)
 
 
 # ---------------------------------------------------------------- processes
 
 
 def start_copy(size: Size) -> tuple[Any, int]:
-    from clusters.simulator.contract import build_env, serve_argv
-
-    port = bench_gateway.free_port()
-    env = build_env(
-        load_s_per_gb=0.0,
-        init_s=0.0,
+    return bench_gateway.start_simulator(
+        list(POLICIES.values()),
+        ["--kv-cache-memory-bytes", str(size.kv_cache_bytes)],
         ttft_s=size.ttft_s,
         tokens_per_second=size.tokens_per_second,
         prefill_tokens_per_second=size.prefill_tokens_per_second,
         reply_tokens=size.reply_tokens,
-        stats_interval_s=3600,
     )
-    argv = serve_argv("Qwen/Qwen3-0.6B", "--host", "127.0.0.1", "--port", str(port),
-                      "--api-key", bench_gateway.ENGINE_KEY,
-                      "--served-model-name", *POLICIES.values(), "--max-model-len", "4096",
-                      "--kv-cache-memory-bytes", str(size.kv_cache_bytes),
-                      "--disable-uvicorn-access-log")  # fmt: skip
-    return bench_gateway.spawn(argv, env), port
 
 
 def start_gateway(engine_ports: list[int]) -> tuple[Any, int]:
