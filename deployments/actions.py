@@ -16,7 +16,7 @@ from catalog.models import Model, ServerModel, Variant
 from clusters.models import Cluster
 from console import live
 from console.models import SLUG_PATTERN, Team
-from deployments import autoscaling, lifecycle, load, transitions
+from deployments import autoscaling, lifecycle, load, revisions, transitions
 from deployments.choices import (
     COPY_STOPPING_OR_STOPPED,
     DEPLOYMENT_CAN_SCALE,
@@ -36,6 +36,7 @@ from deployments.models import (
     REPLY_WAIT_MIN_S,
     Deployment,
     Event,
+    Revision,
 )
 from placement.words import plural
 
@@ -81,6 +82,7 @@ SIZE_DECIMALS = 3  # a share of a GPU: 0.125, never 0.1251 (the column keeps thr
 LONGEST_NAME = 63  # a deployment's name: a DNS label, as Kubernetes objects are named
 LONGEST_CHAT_NAME = 100
 LONGEST_REVISION = 100
+LONGEST_COMMENT = 500  # why a change was made, kept with its revision
 # Text a person reads back (a chat name): no control characters, nor the invisible ones that
 # hide or reorder what is shown (zero widths, bidirectional controls, line separators). Written
 # so that Python and JSON Schema (ECMA 262) read it alike.
@@ -170,6 +172,10 @@ def parse_routing(raw: Any) -> str:
     return str(raw)
 
 
+def parse_comment(raw: Any) -> str:
+    return printable(raw, "comment", LONGEST_COMMENT)
+
+
 def plain_name(name: Any) -> str:
     # fullmatch: re.match's "$" lets a trailing newline through, which JSON Schema's does not.
     if (
@@ -252,6 +258,8 @@ class HostRequest:
     autoscaling: Any = None  # the API's object (deployments/autoscaling.py reads it)
     movable: bool = True  # False: re-packing never moves its copies
     allow_moves: bool = False  # True: other copies may move to make room (deployments/moving.py)
+    auto_rollback: Any = False  # True: a revision whose copies never serve is rolled back
+    comment: Any = ""  # why, kept with the first revision
 
 
 def host(actor: Any, request: HostRequest) -> Deployment:
@@ -269,7 +277,9 @@ def host(actor: Any, request: HostRequest) -> Deployment:
         "routing": parse_routing(request.routing),
         "movable": request.movable is not False,
         "make_room": parse_allow_moves(request.allow_moves),
+        "auto_rollback": parse_yes_no(request.auto_rollback, "auto_rollback"),
     }
+    comment = parse_comment(request.comment)
     if request.variant.model_id != request.model.pk:
         raise ActionRefused(
             f"{request.variant.name} is not a variant of {request.model}", "variant"
@@ -303,12 +313,12 @@ def host(actor: Any, request: HostRequest) -> Deployment:
             )
             autoscaled = f", autoscaling {policy.words()}" if policy else ""
             moves = ", moving other copies to make room where needed" if values["make_room"] else ""
-            record(
-                deployment,
-                actor,
+            words = (
                 f"Host {values['copies_wanted']} × {values['accelerators_per_copy']} "
-                f"on {request.cluster.name}{autoscaled}{moves}",
+                f"on {request.cluster.name}{autoscaled}{moves}"
             )
+            record(deployment, actor, words)
+            revisions.keep(deployment.pk, actor, words, comment)
             live.broadcast_on_commit("deployments", live.DEPLOYMENT_ADDED, deployment.pk)
             if never:
                 lifecycle.fail_at_once(deployment, never)  # nothing fetched, no copy made
@@ -332,6 +342,10 @@ def fetch_files(deployment: Deployment, actor: Any) -> None:
 
 
 def parse_allow_moves(raw: Any) -> bool:
+    return parse_yes_no(raw, "allow_moves", "to let other copies move to make room")
+
+
+def parse_yes_no(raw: Any, field: str, true_means: str = "for yes") -> bool:
     if raw in (True, False):
         return bool(raw)
     if raw in ("", None, "off", "false"):
@@ -339,9 +353,7 @@ def parse_allow_moves(raw: Any) -> bool:
     if raw in ("on", "true"):
         return True
     raise ActionRefused(
-        f"{str(raw)[:40]!r} is not a yes or no: give true to let other copies move to make "
-        "room, or false",
-        "allow_moves",
+        f"{str(raw)[:40]!r} is not a yes or no: give true {true_means}, or false", field
     )
 
 
@@ -351,10 +363,12 @@ def scale(
     copies: Any,
     accelerators_per_copy: Any = None,
     allow_moves: Any = False,
+    comment: Any = "",
 ) -> Done:
     """Set how many copies run and (optionally) the size of each; with `allow_moves`, copies of
     other deployments may move to make room for the new ones."""
     wanted = parse_copies(copies)
+    note = parse_comment(comment)
     make_room = parse_allow_moves(allow_moves)
     size = (
         deployment.accelerators_per_copy
@@ -383,7 +397,9 @@ def scale(
         words += f" of {size} accelerator{'s' if size > 1 else ''} each" if new_size else ""
         words += ", moving other copies to make room where needed" if make_room else ""
         was_autoscaled = locked.autoscaling is not None
-        record(locked, actor, words + (" (autoscaling off)" if was_autoscaled else ""))
+        words += " (autoscaling off)" if was_autoscaled else ""
+        record(locked, actor, words)
+        revisions.keep(locked.pk, actor, words, note)
         lifecycle.enqueue("converge_deployment", locked.pk)
     done = f"Scaling to {plural(wanted, 'copy', 'copies')}."
     if was_autoscaled:
@@ -398,10 +414,11 @@ def parse_policy(raw: Any) -> autoscaling.Policy | None:
         raise ActionRefused(refused.message, refused.field) from None
 
 
-def set_autoscaling(actor: Any, deployment: Deployment, raw: Any) -> Done:
+def set_autoscaling(actor: Any, deployment: Deployment, raw: Any, comment: Any = "") -> Done:
     """Let the deployment scale itself between bounds (None: back to a fixed number, the one it
     has now). Copies that serve keep serving: only those outside the new bounds start or leave."""
     policy = parse_policy(raw)
+    note = parse_comment(comment)
     if deployment.state not in DEPLOYMENT_CAN_SCALE:
         raise ActionRefused(
             f"a {deployment.get_state_display().lower()} deployment cannot autoscale; "
@@ -415,6 +432,7 @@ def set_autoscaling(actor: Any, deployment: Deployment, raw: Any) -> Done:
         )
         words = f"Autoscale from {policy.words()}" if policy else "Autoscaling off"
         record(locked, actor, words)
+        revisions.keep(locked.pk, actor, words, note)
         if wanted != locked.copies_wanted:
             lifecycle.enqueue("converge_deployment", locked.pk)
     load.write_pending(locked.pk, None)  # a wish under the old policy means nothing now
@@ -439,9 +457,12 @@ def autoscale_to(deployment_id: int, copies: int, why: str) -> None:
         lifecycle.enqueue("converge_deployment", locked.pk)
 
 
-def change_settings(actor: Any, deployment: Deployment, engine_settings: Any) -> Deployment:
+def change_settings(
+    actor: Any, deployment: Deployment, engine_settings: Any, comment: Any = ""
+) -> Deployment:
     """New engine settings: copies are replaced (new generation) the way a size change is."""
     settings = checked_settings(engine_settings, deployment.cluster)
+    note = parse_comment(comment)
     with transaction.atomic():
         locked = Deployment.objects.select_for_update().get(pk=deployment.pk)
         Deployment.objects.filter(pk=locked.pk).update(
@@ -449,7 +470,9 @@ def change_settings(actor: Any, deployment: Deployment, engine_settings: Any) ->
             generation=locked.generation + 1,
             notices=[n for n in locked.notices if n != SETTINGS_REFUSED],  # checked just now
         )
-        record(locked, actor, f"Change engine settings to {settings or 'the defaults'}")
+        words = f"Change engine settings to {settings or 'the defaults'}"
+        record(locked, actor, words)
+        revisions.keep(locked.pk, actor, words, note)
         if locked.state == DeploymentState.FAILED:
             transitions.move_deployment(
                 locked.pk,
@@ -461,46 +484,186 @@ def change_settings(actor: Any, deployment: Deployment, engine_settings: Any) ->
     return Deployment.objects.get(pk=deployment.pk)
 
 
-def offer_in_chat(actor: Any, deployment: Deployment, chat_name: Any) -> Done:
+def offer_in_chat(actor: Any, deployment: Deployment, chat_name: Any, comment: Any = "") -> Done:
     name = check_chat_name(chat_name, deployment.name)
+    note = parse_comment(comment)
     with transaction.atomic():
         Deployment.objects.filter(pk=deployment.pk).update(chat_name=name)
-        record(deployment, actor, f"Offer in chat as {name}" if name else "Stop offering in chat")
+        said = f"Offer in chat as {name}" if name else "Stop offering in chat"
+        record(deployment, actor, said)
+        revisions.keep(deployment.pk, actor, said, note)
     words = f"Offered in chat as {name}." if name else "Not offered in chat any more."
     return Done(Deployment.objects.get(pk=deployment.pk), words)
 
 
-def set_reply_wait(actor: Any, deployment: Deployment, seconds: Any) -> Done:
+def set_reply_wait(actor: Any, deployment: Deployment, seconds: Any, comment: Any = "") -> Done:
     wait = parse_reply_wait(seconds)
+    note = parse_comment(comment)
     with transaction.atomic():
         Deployment.objects.filter(pk=deployment.pk).update(reply_wait_s=wait)
-        record(
-            deployment,
-            actor,
-            f"A reply must start within {wait} s" if wait else "Reply wait: the gateway's default",
-        )
+        said = f"A reply must start within {wait} s" if wait else "Reply wait: the default"
+        record(deployment, actor, said)
+        revisions.keep(deployment.pk, actor, said, note)
     words = f"A reply must now start within {wait} s." if wait else "Reply wait: the default."
     return Done(Deployment.objects.get(pk=deployment.pk), words)
 
 
-def set_routing(actor: Any, deployment: Deployment, policy: Any) -> Done:
+def set_routing(actor: Any, deployment: Deployment, policy: Any, comment: Any = "") -> Done:
     """How the gateway picks a copy from now on; the copies go on serving as they are."""
     routing = RoutingPolicy(parse_routing(policy))
+    note = parse_comment(comment)
     with transaction.atomic():
         Deployment.objects.filter(pk=deployment.pk).update(routing=routing)
-        record(deployment, actor, f"Routing: {routing.label.lower()} ({routing.value})")
+        said = f"Routing: {routing.label.lower()} ({routing.value})"
+        record(deployment, actor, said)
+        revisions.keep(deployment.pk, actor, said, note)
     words = f"Requests are now routed {ROUTED_BY[routing]}."
     return Done(Deployment.objects.get(pk=deployment.pk), words)
 
 
-def set_queue(actor: Any, deployment: Deployment, max_waiting: Any, queue_wait_s: Any) -> Done:
+def set_queue(
+    actor: Any, deployment: Deployment, max_waiting: Any, queue_wait_s: Any, comment: Any = ""
+) -> Done:
     """How many requests may wait at each gateway process when every copy is full, and for
     how long (gateway/queueing.py)."""
     waiting, wait = parse_max_waiting(max_waiting), parse_queue_wait(queue_wait_s)
+    note = parse_comment(comment)
     with transaction.atomic():
         Deployment.objects.filter(pk=deployment.pk).update(max_waiting=waiting, queue_wait_s=wait)
         record(deployment, actor, queue_words(waiting, wait))
+        revisions.keep(deployment.pk, actor, queue_words(waiting, wait), note)
     return Done(Deployment.objects.get(pk=deployment.pk), f"{queue_words(waiting, wait)}.")
+
+
+def set_auto_rollback(actor: Any, deployment: Deployment, enabled: Any) -> Done:
+    """Whether a revision whose copies never serve is rolled back to the last that served."""
+    on = parse_yes_no(enabled, "enabled", "to roll back a revision whose copies never serve")
+    with transaction.atomic():
+        Deployment.objects.filter(pk=deployment.pk).update(auto_rollback=on)
+        said = "Roll back failed revisions by itself" if on else "No rollback by itself"
+        record(deployment, actor, said)
+    words = (
+        "A revision whose copies never serve is now rolled back to the last that served."
+        if on
+        else "A revision whose copies never serve now stays until you change it."
+    )
+    return Done(Deployment.objects.get(pk=deployment.pk), words)
+
+
+def revision_numbered(deployment: Deployment, number: Any) -> Revision:
+    if isinstance(number, bool) or not isinstance(number, int | str) or not str(number).isdigit():
+        raise ActionRefused("must be a revision's number, e.g. 3", "revision")
+    found = deployment.revisions.filter(number=int(number)).first()
+    if found is None:
+        last = revisions.latest(deployment.pk)
+        kept = f"it has revisions 1 to {last.number}" if last else "it has none yet"
+        raise ActionRefused(f"{deployment.name} has no revision {number}: {kept}", "revision")
+    return found
+
+
+def roll_back(actor: Any, deployment: Deployment, number: Any, comment: Any = "") -> Done:
+    """Make a new revision equal to revision `number`; copies roll make-before-break where it
+    changes what they run, as a settings change does."""
+    target = revision_numbered(deployment, number)
+    return revise(
+        actor,
+        deployment,
+        target.spec,
+        f"Roll back to revision {target.number}",
+        parse_comment(comment),
+        restores=target.number,
+    )
+
+
+def roll_back_failed(deployment_id: int, failed_number: int) -> None:
+    """The deployment's own rollback of a revision whose copies never served (a task): to the
+    last revision that served, unless another change came meanwhile."""
+    deployment = Deployment.objects.filter(pk=deployment_id).first()
+    if deployment is None or not deployment.auto_rollback:
+        return
+    last, good = revisions.latest(deployment_id), revisions.last_served(deployment_id)
+    if last is None or last.number != failed_number or good is None:
+        return
+    why = f"Roll back to revision {good.number}: revision {failed_number}'s copies never served"
+    try:
+        revise(None, deployment, good.spec, why, "", restores=good.number)
+    except ActionRefused as refused:
+        record(deployment, None, f"Could not roll back to revision {good.number}: {refused}")
+
+
+def revise(
+    actor: Any,
+    deployment: Deployment,
+    spec: dict[str, Any],
+    why: str,
+    comment: str,
+    restores: int | None = None,
+) -> Done:
+    """Make the deployment what `spec` (a revision's) says, checked as each action checks its
+    own field, in one transaction with its revision. Where it changes what the copies run, a
+    new generation replaces them make-before-break."""
+    with transaction.atomic():
+        locked = (
+            Deployment.objects.select_for_update().select_related("variant").get(pk=deployment.pk)
+        )
+        now = revisions.spec_of(locked)
+        changes = revisions.differences(now, spec)
+        if not changes:
+            raise ActionRefused(
+                f"{locked.name} is asked to be that now: nothing changes", "revision"
+            )
+        fields = fields_of_spec(locked, spec)
+        rolled = revisions.rolls_copies(now, spec)
+        if rolled:
+            fields["generation"] = locked.generation + 1
+            fields["notices"] = [n for n in locked.notices if n != SETTINGS_REFUSED]
+        Deployment.objects.filter(pk=locked.pk).update(**fields)
+        words = f"{why}: {'; '.join(change.words for change in changes)}"
+        record(locked, actor, words)
+        revisions.keep(locked.pk, actor, words, comment, restores=restores)
+        if rolled and locked.state == DeploymentState.FAILED:
+            transitions.move_deployment(
+                locked.pk, DeploymentState.REQUESTED, message=f"{why}; trying again.", actor=actor
+            )
+        other_files = any(now[name] != spec.get(name) for name in ("variant", "revision"))
+        changed = Deployment.objects.get(pk=locked.pk)
+        if other_files and lifecycle.files_on_this_server(changed) is None:
+            fetch_files(changed, actor)
+        lifecycle.enqueue("converge_deployment", locked.pk)
+    if now["autoscaling"] != spec.get("autoscaling"):
+        load.write_pending(locked.pk, None)  # a wish under the old policy means nothing now
+    rolls = " The copies are replaced one by one as the new ones serve." if rolled else ""
+    return Done(Deployment.objects.get(pk=deployment.pk), f"{why}.{rolls}")
+
+
+def fields_of_spec(deployment: Deployment, spec: dict[str, Any]) -> dict[str, Any]:
+    """The deployment's fields for a spec, each checked by its action's own rule (a revision
+    may name what is no longer allowed: a chat name taken since, a variant removed)."""
+    variant = deployment.model.variants.filter(name=spec.get("variant")).first()
+    if variant is None:
+        raise ActionRefused(
+            f"{deployment.model} has no variant {spec.get('variant')} any more", "variant"
+        )
+    cannot_run = why_it_cannot_run(variant, deployment.cluster)
+    if cannot_run:
+        raise ActionRefused(cannot_run, "variant")
+    policy = parse_policy(spec.get("autoscaling"))
+    copies = deployment.copies_wanted if policy else parse_copies(spec.get("copies"))
+    return {
+        "variant": variant,
+        "engine": variant.engine,
+        "revision": printable(spec.get("revision"), "revision", LONGEST_REVISION),
+        "accelerators_per_copy": parse_size(spec.get("accelerators_per_copy")),
+        "autoscaling": policy.as_json() if policy else None,
+        "copies_wanted": policy.settle(copies) if policy else copies,
+        "engine_settings": checked_settings(spec.get("engine_settings"), deployment.cluster),
+        "chat_name": check_chat_name(spec.get("chat_name"), deployment.name),
+        "reply_wait_s": parse_reply_wait(spec.get("reply_wait_s")),
+        "routing": parse_routing(spec.get("routing", RoutingPolicy.LEAST_LOADED)),
+        "max_waiting": parse_max_waiting(spec.get("max_waiting", 0)),
+        "queue_wait_s": parse_queue_wait(spec.get("queue_wait_s")),
+        "movable": parse_yes_no(spec.get("movable", True), "movable"),
+    }
 
 
 def queue_words(waiting: int, wait: int | None) -> str:

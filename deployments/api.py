@@ -140,6 +140,9 @@ class DeploymentOut(Schema):
     make_room: bool = Field(
         description="true: copies of other deployments may be moved to make room for its own"
     )
+    auto_rollback: bool = Field(
+        description="true: a revision whose copies never serve is rolled back by itself"
+    )
     cost: DeploymentCostOut = Field(
         description="at the admin's prices: GPUs held × hours × price per hour"
     )
@@ -375,6 +378,7 @@ def deployment_out(deployment: Deployment, spent: cost.DeploymentCost) -> dict[s
         "autoscaling": deployment.autoscaling,
         "movable": deployment.movable,
         "make_room": deployment.make_room,
+        "auto_rollback": deployment.auto_rollback,
         "cost": cost_out(spent),
     }
 
@@ -481,6 +485,8 @@ def host(request: HttpRequest, payload: HostIn) -> Status[dict[str, Any]]:
         autoscaling=policy_of(payload.autoscaling),
         movable=payload.movable,
         allow_moves=payload.allow_moves,
+        auto_rollback=payload.auto_rollback,
+        comment=payload.comment,
     )
     deployment = actions.host(request.user, asked)
     return Status(202, {"id": deployment.pk, "state": deployment.state, "chosen": chosen})
@@ -544,7 +550,12 @@ def scale(request: HttpRequest, id: int, payload: ScaleIn) -> Status[dict[str, A
     def act(deployment: Deployment) -> Any:
         size = payload.accelerators_per_copy
         return actions.scale(
-            request.user, deployment, payload.copies, size, allow_moves=payload.allow_moves
+            request.user,
+            deployment,
+            payload.copies,
+            size,
+            allow_moves=payload.allow_moves,
+            comment=payload.comment,
         )
 
     return Status(202, operate(request, id, act))
@@ -561,7 +572,8 @@ def set_autoscaling(request: HttpRequest, id: int, payload: AutoscalingSetIn) ->
     leave. POST …/scale with a fixed number turns autoscaling off too."""
 
     def act(deployment: Deployment) -> Any:
-        return actions.set_autoscaling(request.user, deployment, policy_of(payload.autoscaling))
+        policy = policy_of(payload.autoscaling)
+        return actions.set_autoscaling(request.user, deployment, policy, payload.comment)
 
     return operate(request, id, act)
 
@@ -635,31 +647,41 @@ def delete(request: HttpRequest, id: int) -> Status[dict[str, Any]]:
 
 @router.post("/deployments/{int:id}/chat-name", response={200: DeploymentOut, **ERRORS})
 def offer_in_chat(request: HttpRequest, id: int, payload: ChatNameIn) -> dict[str, Any]:
-    return operate(request, id, lambda d: actions.offer_in_chat(request.user, d, payload.chat_name))
+    def act(deployment: Deployment) -> Any:
+        return actions.offer_in_chat(request.user, deployment, payload.chat_name, payload.comment)
+
+    return operate(request, id, act)
 
 
 @router.post("/deployments/{int:id}/reply-wait", response={200: DeploymentOut, **ERRORS})
 def set_reply_wait(request: HttpRequest, id: int, payload: ReplyWaitIn) -> dict[str, Any]:
-    return operate(
-        request, id, lambda d: actions.set_reply_wait(request.user, d, payload.reply_wait_s)
-    )
+    def act(deployment: Deployment) -> Any:
+        wait = payload.reply_wait_s
+        return actions.set_reply_wait(request.user, deployment, wait, payload.comment)
+
+    return operate(request, id, act)
 
 
 @router.post("/deployments/{int:id}/routing", response={200: DeploymentOut, **ERRORS})
 def set_routing(request: HttpRequest, id: int, payload: RoutingIn) -> dict[str, Any]:
     """How the gateway picks a copy for each request; the copies go on serving as they are."""
-    return operate(request, id, lambda d: actions.set_routing(request.user, d, payload.routing))
+
+    def act(deployment: Deployment) -> Any:
+        return actions.set_routing(request.user, deployment, payload.routing, payload.comment)
+
+    return operate(request, id, act)
 
 
 @router.post("/deployments/{int:id}/queue", response={200: DeploymentOut, **ERRORS})
 def set_queue(request: HttpRequest, id: int, payload: QueueIn) -> dict[str, Any]:
     """A queue at the gateway for when every copy is full, rather than sending the requests on
     to engines that are: how many may wait at each gateway process, and for how long."""
-    return operate(
-        request,
-        id,
-        lambda d: actions.set_queue(request.user, d, payload.max_waiting, payload.queue_wait_s),
-    )
+
+    def act(deployment: Deployment) -> Any:
+        waiting, wait = payload.max_waiting, payload.queue_wait_s
+        return actions.set_queue(request.user, deployment, waiting, wait, payload.comment)
+
+    return operate(request, id, act)
 
 
 @router.post("/deployments/{int:id}/engine-settings", response={202: DeploymentOut, **ERRORS})
@@ -669,7 +691,8 @@ def change_settings(
     """New engine settings replace the copies, one generation after the other."""
 
     def act(deployment: Deployment) -> Any:
-        return actions.change_settings(request.user, deployment, payload.engine_settings)
+        settings = payload.engine_settings
+        return actions.change_settings(request.user, deployment, settings, payload.comment)
 
     return Status(202, operate(request, id, act))
 

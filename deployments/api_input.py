@@ -162,6 +162,11 @@ ChatName = Annotated[
         json_schema_extra={"maxLength": actions.LONGEST_CHAT_NAME, "pattern": actions.SHOWN_TEXT}
     ),
 ]
+Comment = Annotated[
+    str,
+    ruled(actions.parse_comment),
+    Field(json_schema_extra={"maxLength": actions.LONGEST_COMMENT, "pattern": actions.SHOWN_TEXT}),
+]
 CHAT_NAME_HELP = (
     "the name clients ask the gateway for (spaces around it are dropped); empty: not in chat"
 )
@@ -236,7 +241,15 @@ class AutoscalingIn(StrictSchema):
     )
 
 
-class AutoscalingSetIn(StrictSchema):
+class Commented(StrictSchema):
+    """A change of what a deployment should be: its revision keeps why, where it is said."""
+
+    comment: Comment = Field(
+        "", description="why this change is made, kept with its revision (at most 500 characters)"
+    )
+
+
+class AutoscalingSetIn(Commented):
     autoscaling: AutoscalingIn | None = Field(
         description="the bounds and target; null: a fixed number (the one it has now)"
     )
@@ -244,8 +257,13 @@ class AutoscalingSetIn(StrictSchema):
 
 # --- the requests ----------------------------------------------------------------------------
 
+AUTO_ROLLBACK_HELP = (
+    "true: a revision whose copies never serve is rolled back, by itself, to the last one "
+    "that served"
+)
 
-class HostIn(StrictSchema):
+
+class HostIn(Commented):
     model: RepoId = Field(description="the model's repository id, e.g. Qwen/Qwen3-8B")
     variant: VariantName | None = Field(
         None,
@@ -277,33 +295,44 @@ class HostIn(StrictSchema):
         True, description="false: re-packing never moves its copies to make room for another"
     )
     allow_moves: bool = Field(False, description=ALLOW_MOVES_HELP)
+    auto_rollback: bool = Field(False, description=AUTO_ROLLBACK_HELP)
 
 
-class ScaleIn(StrictSchema):
+class ScaleIn(Commented):
     copies: Copies = Field(description=COPIES_HELP)
     accelerators_per_copy: Size | None = Field(None, description=f"{SIZE_HELP}; null: unchanged")
     allow_moves: bool = Field(False, description=ALLOW_MOVES_HELP)
 
 
-class ChatNameIn(StrictSchema):
+class ChatNameIn(Commented):
     chat_name: ChatName = Field(description=CHAT_NAME_HELP)
 
 
-class ReplyWaitIn(StrictSchema):
+class ReplyWaitIn(Commented):
     reply_wait_s: ReplyWait | None = Field(description=REPLY_WAIT_HELP)
 
 
-class RoutingIn(StrictSchema):
+class RoutingIn(Commented):
     routing: Routing = Field(description=ROUTING_HELP)
 
 
-class QueueIn(StrictSchema):
+class QueueIn(Commented):
     max_waiting: MaxWaiting = Field(description=MAX_WAITING_HELP)
     queue_wait_s: QueueWait | None = Field(None, description=QUEUE_WAIT_HELP)
 
 
-class EngineSettingsIn(StrictSchema):
+class EngineSettingsIn(Commented):
     engine_settings: EngineSettings = Field(description=SETTINGS_HELP)
+
+
+class RollbackIn(Commented):
+    revision: Annotated[Whole, stated(1, 2**31 - 1)] = Field(
+        description="the number of the revision to make again (GET …/revisions lists them)"
+    )
+
+
+class AutoRollbackIn(StrictSchema):
+    enabled: bool = Field(description=AUTO_ROLLBACK_HELP)
 
 
 class FitCheckIn(StrictSchema):

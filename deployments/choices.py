@@ -110,6 +110,14 @@ class RoutingPolicy(models.TextChoices):
     SESSION = "session", "Session affinity"
 
 
+class RevisionOutcome(models.TextChoices):
+    """Whether a revision's copies served (deployments/revisions.py)."""
+
+    PENDING = "pending", "Not served yet"
+    SERVED = "served", "Served"
+    FAILED = "failed", "Failed"
+
+
 class ErrorCode(models.TextChoices):
     NO_FIT = "NoFitError", "Does not fit"
     OOM = "OOM", "Out of memory"

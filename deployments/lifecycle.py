@@ -18,7 +18,7 @@ from django.utils import timezone
 from catalog.models import ServerModel, ServerModelState
 from clusters.models import Cluster
 from console import live
-from deployments import autoscaling, load, repacking, transitions
+from deployments import autoscaling, load, repacking, revisions, transitions
 from deployments.choices import (
     COPY_PLACED,
     COPY_STOPPING_OR_STOPPED,
@@ -334,6 +334,9 @@ def fail_copy(copy: Copy, failure: Failure) -> None:
     )
     if moved is None:
         return
+    failed_revision = revisions.copy_failed(moved, failure.permanent, failure.line)
+    if failed_revision is not None:
+        enqueue("roll_back_failed_revision", copy.deployment_id, failed_revision)
     if failure.permanent:
         Deployment.objects.filter(pk=copy.deployment_id).update(
             last_error_code=failure.code,

@@ -31,6 +31,7 @@ from deployments.choices import (
     MachineFilesState,
     MoveState,
     NotificationEvent,
+    RevisionOutcome,
     RoutingPolicy,
 )
 from deployments.guard import StateGuardedModel
@@ -98,6 +99,9 @@ class Deployment(StateGuardedModel):
         blank=True,
         validators=[MinValueValidator(1), MaxValueValidator(REPLY_WAIT_MAX_S)],
     )
+    # True: a revision whose copies never serve is rolled back, by itself, to the last one that
+    # served (deployments/revisions.py).
+    auto_rollback = models.BooleanField(default=False)
     notices = models.JSONField(default=list, blank=True, editable=False)
     state = StateField(DeploymentState, default=DeploymentState.REQUESTED, editable=False)
     last_message = models.TextField(blank=True, editable=False)
@@ -605,3 +609,35 @@ class Delivery(models.Model):
         destination = self.webhook or self.recipient
         assert destination is not None  # the check constraint holds one
         return destination
+
+
+class Revision(models.Model):
+    """One numbered state of what an operator asked of a deployment (deployments/revisions.py
+    says what `spec` holds), written in the same transaction as the change it records."""
+
+    deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="revisions")
+    number = models.PositiveIntegerField()
+    spec = models.JSONField()
+    # The generation of copies that run it: a change that rolls the copies starts a new one.
+    generation = models.PositiveIntegerField()
+    why = models.TextField(help_text="the change, in the Event's words")
+    comment = models.CharField(max_length=500, blank=True)
+    # A rollback's revision: the number whose spec it restores.
+    restores = models.PositiveIntegerField(null=True, blank=True)
+    outcome = models.CharField(
+        max_length=8, choices=RevisionOutcome.choices, default=RevisionOutcome.PENDING
+    )
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True
+    )
+    actor_name = models.CharField(max_length=150, blank=True)
+    at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["deployment", "-number"]
+        constraints = [
+            models.UniqueConstraint(fields=["deployment", "number"], name="one_revision_per_number")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.deployment.name} revision {self.number}"

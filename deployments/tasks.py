@@ -14,6 +14,7 @@ from celery import shared_task
 
 from console import heartbeats
 from deployments import (
+    actions,
     autoscaler,
     launching,
     lifecycle,
@@ -56,6 +57,11 @@ def refresh_deployment(deployment_id: int) -> None:
 @shared_task(acks_late=True)
 def converge_deployment(deployment_id: int) -> None:
     reconciler.converge(deployment_id)
+
+
+@shared_task(acks_late=True)
+def roll_back_failed_revision(deployment_id: int, failed_number: int) -> None:
+    actions.roll_back_failed(deployment_id, failed_number)
 
 
 @shared_task(acks_late=True)

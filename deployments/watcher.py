@@ -33,7 +33,7 @@ from clusters.backends.logparse import last_telling_line, says_serving
 from clusters.models import Cluster
 from clusters.registry import backend_for
 from console import heartbeats
-from deployments import engine_figures, lifecycle, logs, transitions
+from deployments import engine_figures, lifecycle, logs, revisions, transitions
 from deployments.choices import COPY_ENGINE_STARTED, CopyState, ErrorCode, LogLevel, LogStream
 from deployments.classify import Failure, classify
 from deployments.launching import handle_for
@@ -113,6 +113,7 @@ def became_ready(copy: Copy) -> None:
     )
     if moved is None:
         return
+    revisions.copy_served(moved)
     where = "its own socket" if copy.socket_path else f"port {copy.port}"
     logs.serving(copy, f"Copy {copy.ordinal} serves on {machine} ({where}).")
     lifecycle.refresh_state(copy.deployment_id)

@@ -22,6 +22,7 @@ from clusters.models import (
     Topology,
 )
 from console.models import Membership, Team
+from deployments import revisions
 from deployments.models import Copy, Deployment
 
 PASSWORD = "correct-horse-battery"
@@ -126,7 +127,9 @@ def make_deployment(
         "variant": model.variants.first(),
     }
     defaults.update(fields)
-    return Deployment.objects.create(name=name, team=team, model=model, cluster=cluster, **defaults)
+    made = Deployment.objects.create(name=name, team=team, model=model, cluster=cluster, **defaults)
+    revisions.keep(made.pk, None, "Host (made by the tests)")  # as Host keeps its first
+    return made
 
 
 def make_copy(deployment: Deployment, ordinal: int = 0) -> Copy:
