@@ -110,12 +110,12 @@ class RoutingPolicy(models.TextChoices):
     SESSION = "session", "Session affinity"
 
 
-class RevisionOutcome(models.TextChoices):
+class RevisionOutcome(StateChoices):
     """Whether a revision's copies served (deployments/revisions.py)."""
 
-    PENDING = "pending", "Not served yet"
-    SERVED = "served", "Served"
-    FAILED = "failed", "Failed"
+    PENDING = "pending", Badge.GREY, "Not served yet"
+    SERVED = "served", Badge.GREEN, "Served"
+    FAILED = "failed", Badge.RED, "Failed"
 
 
 class ErrorCode(models.TextChoices):

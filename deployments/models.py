@@ -624,9 +624,7 @@ class Revision(models.Model):
     comment = models.CharField(max_length=500, blank=True)
     # A rollback's revision: the number whose spec it restores.
     restores = models.PositiveIntegerField(null=True, blank=True)
-    outcome = models.CharField(
-        max_length=8, choices=RevisionOutcome.choices, default=RevisionOutcome.PENDING
-    )
+    outcome = StateField(RevisionOutcome, max_length=8, default=RevisionOutcome.PENDING)
     actor = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True
     )

@@ -172,8 +172,9 @@ def copy_failed(copy: Copy, permanent: bool, reason: str) -> int | None:
     deployment = Deployment.objects.get(pk=copy.deployment_id)
     good = last_served(deployment.pk)
     message = f"Revision {last.number} failed: its copies never served ({reason})"
-    roll_back = deployment.auto_rollback and good is not None
-    if roll_back:
+    # A failed rollback to the last that served has nothing left to go back to.
+    roll_back = deployment.auto_rollback and good is not None and good.spec != last.spec
+    if roll_back and good is not None:
         message += f"; rolling back to revision {good.number}, the last that served"
     Event.objects.create(
         deployment=deployment,

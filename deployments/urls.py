@@ -1,7 +1,7 @@
 from django.urls import path
 
 from deployments.views import deployments as views
-from deployments.views import editor, logs, scale, wizard
+from deployments.views import editor, logs, revisions, scale, wizard
 
 urlpatterns = [
     path("", views.deployment_list, name="deployment_list"),
@@ -19,6 +19,13 @@ urlpatterns = [
     path("<int:pk>/routing/", views.routing, name="deployment_routing"),
     path("<int:pk>/queue/", views.queue, name="deployment_queue"),
     path("<int:pk>/logs/", logs.deployment_logs, name="deployment_logs"),
+    path("<int:pk>/revisions/", revisions.deployment_revisions, name="deployment_revisions"),
+    path("<int:pk>/revisions/rollback/", revisions.roll_back, name="deployment_rollback"),
+    path(
+        "<int:pk>/revisions/auto-rollback/",
+        revisions.auto_rollback,
+        name="deployment_auto_rollback",
+    ),
     path("<int:pk>/logs/download/", logs.download_logs, name="deployment_logs_download"),
     # the hosting wizard (entry points: new/, new/?model=ID, new/?cluster=ID), the
     # engine-settings editor and the scale dialog

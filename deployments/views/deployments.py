@@ -80,9 +80,13 @@ FIELD_LABELS |= {f"autoscaling.{name}": name.replace("_", " ") for name in autos
 
 
 def operate(
-    request: HttpRequest, pk: int, act: Callable[[Deployment], actions.Done]
+    request: HttpRequest,
+    pk: int,
+    act: Callable[[Deployment], actions.Done],
+    back_to: str = "deployment_detail",
 ) -> HttpResponse:
-    """Run one action as the user (operators only) and show what it says it did."""
+    """Run one action as the user (operators only) and show what it says it did, on the page
+    named `back_to` (the deployment's own by default)."""
     deployment = get_deployment(request.user, pk, NEEDS_OPERATE)
     try:
         done = act(deployment)
@@ -90,11 +94,11 @@ def operate(
         label = FIELD_LABELS.get(refused.field, refused.field.replace("_", " "))
         field = f"{label}: " if refused.field else ""
         messages.error(request, f"Not done: {field}{refused.message}.")
-        return redirect("deployment_detail", pk=pk)
+        return redirect(back_to, pk=pk)
     messages.success(request, done.words)
     if done.deployment is None:
         return redirect("deployment_list")
-    return redirect("deployment_detail", pk=pk)
+    return redirect(back_to, pk=pk)
 
 
 @require_POST

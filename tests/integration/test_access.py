@@ -215,6 +215,8 @@ DEPLOYMENT_ACTIONS = [
     "deployment_delete",
     "deployment_check_now",
     "deployment_sync_files",
+    "deployment_rollback",
+    "deployment_auto_rollback",
 ]
 
 
@@ -226,6 +228,7 @@ def test_every_deployment_action_view_is_listed_here():
         "deployment_detail",
         "deployment_logs",
         "deployment_logs_download",
+        "deployment_revisions",
     }
     # The bulk bar acts on a selection, not on one deployment: its role tests (a viewer's 403,
     # an outsider's 404, for every selected row) are in test_bulk_actions.py.

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from deployments import actions, lifecycle
+from deployments import actions, lifecycle, revisions
 from deployments.choices import CopyState, ErrorCode, EventKind
 from deployments.classify import Failure
 from deployments.models import Copy, Deployment, Event
@@ -179,8 +179,6 @@ def test_a_revision_whose_copies_never_serve_fails_and_is_rolled_back_where_aske
     served = Copy.objects.create(deployment=deployment, ordinal=9, generation=deployment.generation)
     move_copy(served.pk, CopyState.STARTING)
     move_copy(served.pk, CopyState.READY)
-    from deployments import revisions
-
     revisions.copy_served(Copy.objects.get(pk=served.pk))
     assert bobs.post(f"/deployments/{pk}/engine-settings",
                      {"engine_settings": {"max_model_len": 2048}}).status_code == 202  # fmt: skip
@@ -216,3 +214,26 @@ def test_without_auto_rollback_a_failed_revision_stays(demo, bob, red):
     )
     bad = bobs.post(f"/deployments/{pk}/auto-rollback", {"enabled": "maybe"})
     assert (bad.status_code, bad.json()["field"]) == (422, "enabled")
+
+
+def test_a_failed_rollback_to_the_last_that_served_is_not_rolled_back_again(demo, bob, red):
+    bobs, pk = revised(bob)
+    bobs.post(f"/deployments/{pk}/auto-rollback", {"enabled": True})
+    deployment = Deployment.objects.get(pk=pk)
+    served = Copy.objects.create(deployment=deployment, ordinal=9, generation=deployment.generation)
+    move_copy(served.pk, CopyState.STARTING)
+    move_copy(served.pk, CopyState.READY)
+    revisions.copy_served(Copy.objects.get(pk=served.pk))  # revision 4 served
+    bobs.post(f"/deployments/{pk}/engine-settings", {"engine_settings": {"max_model_len": 2048}})
+    assert bobs.post(f"/deployments/{pk}/rollback", {"revision": 4}).status_code == 202
+    deployment = Deployment.objects.get(pk=pk)
+    fail_for_good(Copy.objects.create(deployment=deployment, ordinal=10,
+                                      generation=deployment.generation))  # fmt: skip
+    items = bobs.get(f"/deployments/{pk}/revisions").json()["items"]
+    assert [(i["number"], i["outcome"]) for i in items[:3]] == [
+        (6, "failed"), (5, "pending"), (4, "served")
+    ]  # fmt: skip
+    told = Event.objects.filter(deployment_id=pk, kind=EventKind.SYSTEM).first()
+    assert told.message == (
+        "Revision 6 failed: its copies never served (torch.OutOfMemoryError: CUDA out of memory.)."
+    )  # it asks for what revision 4 asked: there is nothing left to go back to
