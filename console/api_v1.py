@@ -36,6 +36,7 @@ from console.lists import FilterRefused
 from deployments.actions import ActionRefused
 from deployments.api import placement_router
 from deployments.api import router as deployments_router
+from deployments.applying_api import router as applying_router
 from deployments.revisions_api import router as revisions_router
 from deployments.transitions import IllegalTransition
 from gateway.api import router as usage_router
@@ -135,6 +136,7 @@ api = BerthApi(
 )
 api.add_router("", deployments_router)
 api.add_router("", revisions_router)
+api.add_router("", applying_router)
 api.add_router("", placement_router)
 api.add_router("", catalog_router)
 api.add_router("", clusters_router)

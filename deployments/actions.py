@@ -254,6 +254,8 @@ class HostRequest:
     chat_name: Any = ""
     reply_wait_s: Any = None
     routing: Any = RoutingPolicy.LEAST_LOADED
+    max_waiting: Any = 0  # the queue when every copy is full (gateway/queueing.py)
+    queue_wait_s: Any = None
     revision: str = ""
     autoscaling: Any = None  # the API's object (deployments/autoscaling.py reads it)
     movable: bool = True  # False: re-packing never moves its copies
@@ -275,6 +277,8 @@ def host(actor: Any, request: HostRequest) -> Deployment:
         "chat_name": check_chat_name(request.chat_name, name),
         "reply_wait_s": parse_reply_wait(request.reply_wait_s),
         "routing": parse_routing(request.routing),
+        "max_waiting": parse_max_waiting(request.max_waiting),
+        "queue_wait_s": parse_queue_wait(request.queue_wait_s),
         "movable": request.movable is not False,
         "make_room": parse_allow_moves(request.allow_moves),
         "auto_rollback": parse_yes_no(request.auto_rollback, "auto_rollback"),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from decimal import Decimal
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from ninja import Field
 from pydantic import AfterValidator, BeforeValidator, WithJsonSchema
@@ -354,3 +354,44 @@ class EstimateIn(StrictSchema):
     variant: VariantName
     engine_settings: EngineSettings = Field(default_factory=dict, description=SETTINGS_HELP)
     tensor_parallel: Whole = Field(1, ge=1, le=1024, description="GPUs one copy is split over")
+
+
+# --- configuration as code: the file `berth export` writes and `berth apply` reads ----------
+# (deployments/applying.py plans and carries it out; GET /api/v1/apply/schema publishes it)
+
+MOST_APPLIED = 1000  # deployments in one file
+
+
+class ApplyDeployment(StrictSchema):
+    """One deployment as the file names it: where it runs, then what it is asked to be."""
+
+    name: DeploymentName = Field(description="its name; an apply finds it by this")
+    team: TeamName = Field(description="the team that owns it (an apply never changes it)")
+    model: RepoId = Field(description="the model's repository id (an apply never changes it)")
+    cluster: ClusterName = Field(description="where it runs (an apply never changes it)")
+    variant: VariantName
+    revision: Revision = Field("", description="a branch, tag or commit on Hugging Face")
+    accelerators_per_copy: Size = Field(description=SIZE_HELP)
+    copies: Copies = Field(1, description=f"{COPIES_HELP}; left out under autoscaling")
+    autoscaling: AutoscalingIn | None = Field(None, description="null: a fixed number")
+    engine_settings: EngineSettings = Field(default_factory=dict, description=SETTINGS_HELP)
+    chat_name: ChatName = Field("", description=CHAT_NAME_HELP)
+    reply_wait_s: ReplyWait | None = Field(None, description=REPLY_WAIT_HELP)
+    routing: Routing = Field(RoutingPolicy.LEAST_LOADED.value, description=ROUTING_HELP)
+    max_waiting: MaxWaiting = Field(0, description=MAX_WAITING_HELP)
+    queue_wait_s: QueueWait | None = Field(None, description=QUEUE_WAIT_HELP)
+    movable: bool = Field(True, description="false: re-packing never moves its copies")
+    auto_rollback: bool = Field(False, description=AUTO_ROLLBACK_HELP)
+
+
+class ApplyDocument(StrictSchema):
+    version: Literal[1] = Field(description="the file format's version: 1")
+    deployments: list[ApplyDeployment] = Field(max_length=MOST_APPLIED)
+
+
+class ApplyIn(StrictSchema):
+    document: ApplyDocument = Field(description="the file, as JSON (the CLI reads YAML)")
+    dry_run: bool = Field(False, description="true: only the plan; nothing is changed")
+    prune: bool = Field(
+        False, description="true: delete the deployments of the file's teams that it does not name"
+    )
