@@ -622,6 +622,10 @@ def revise(
             fields["generation"] = locked.generation + 1
             fields["notices"] = [n for n in locked.notices if n != SETTINGS_REFUSED]
         Deployment.objects.filter(pk=locked.pk).update(**fields)
+        for change in changes:
+            part = revisions.PARTS.get(change.field)
+            if part is not None:
+                part.write(actor, locked, change.after)
         words = f"{why}: {'; '.join(change.words for change in changes)}"
         record(locked, actor, words)
         revisions.keep(locked.pk, actor, words, comment, restores=restores)

@@ -25,6 +25,7 @@ from deployments.actions import ActionRefused
 from deployments.choices import RoutingPolicy
 from deployments.engine import settings as engine_settings
 from deployments.models import MOST_COPIES, MOST_WAITING, REPLY_WAIT_MAX_S, REPLY_WAIT_MIN_S
+from gateway.quotas_api import Limit
 
 
 def ruled(check: Callable[[Any], Any]) -> AfterValidator:
@@ -362,6 +363,16 @@ class EstimateIn(StrictSchema):
 MOST_APPLIED = 1000  # deployments in one file
 
 
+class QuotaLimitsIn(StrictSchema):
+    """A deployment's quota in the file (gateway/quotas.py's rules; at least one limit)."""
+
+    tokens_per_day: Limit | None = None
+    tokens_per_month: Limit | None = None
+    requests_per_minute: Limit | None = None
+    tokens_per_minute: Limit | None = None
+    shadow: bool = Field(False, description="only count and report what it would refuse")
+
+
 class ApplyDeployment(StrictSchema):
     """One deployment as the file names it: where it runs, then what it is asked to be."""
 
@@ -382,6 +393,7 @@ class ApplyDeployment(StrictSchema):
     queue_wait_s: QueueWait | None = Field(None, description=QUEUE_WAIT_HELP)
     movable: bool = Field(True, description="false: re-packing never moves its copies")
     auto_rollback: bool = Field(False, description=AUTO_ROLLBACK_HELP)
+    quota: QuotaLimitsIn | None = Field(None, description="its quota; null: none")
 
 
 class ApplyDocument(StrictSchema):

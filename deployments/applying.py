@@ -246,6 +246,7 @@ def wanted_spec(
         "max_waiting": actions.parse_max_waiting(entry.get("max_waiting", 0)),
         "queue_wait_s": actions.parse_queue_wait(entry.get("queue_wait_s")),
         "movable": bool(entry.get("movable", True)),
+        **{name: part.check(entry.get(name)) for name, part in revisions.PARTS.items()},
     }
 
 

@@ -10,6 +10,7 @@ rollback goes through the one action every rollback takes).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +41,26 @@ ROLLS_COPIES = ("variant", "revision", "accelerators_per_copy", "engine_settings
 FAILS_AFTER_ATTEMPTS = 3
 
 
+@dataclass(frozen=True)
+class Part:
+    """A piece of what a deployment is asked to be that a higher layer keeps (the gateway's
+    quota on it), handed in at start-up (gateway/apps.py): read into each spec, checked where a
+    file asks for it, written back by a rollback or an apply."""
+
+    label: str
+    read: Callable[[Deployment], Any]
+    check: Callable[[Any], Any]  # a value as a file gives it → as a spec keeps it (or raises)
+    write: Callable[[Any, Deployment, Any], None]  # (actor, deployment, value)
+
+
+PARTS: dict[str, Part] = {}
+
+
+def add_part(name: str, part: Part) -> None:
+    PARTS[name] = part
+    LABELS.setdefault(name, part.label)
+
+
 def spec_of(deployment: Deployment) -> dict[str, Any]:
     """What the deployment is asked to be now, as a revision keeps it. Copies are the number
     only without autoscaling: under a policy the autoscaler's number is not the operator's."""
@@ -56,6 +77,7 @@ def spec_of(deployment: Deployment) -> dict[str, Any]:
         "max_waiting": deployment.max_waiting,
         "queue_wait_s": deployment.queue_wait_s,
         "movable": deployment.movable,
+        **{name: part.read(deployment) for name, part in PARTS.items()},
     }
 
 
@@ -102,12 +124,14 @@ class Difference:
 
     @property
     def words(self) -> str:
-        if isinstance(self.before, dict) or isinstance(self.after, dict):
-            return f"{self.label}: {dict_change_words(self.before or {}, self.after or {})}"
+        if isinstance(self.before, dict) and isinstance(self.after, dict):
+            return f"{self.label}: {dict_change_words(self.before, self.after)}"
         return f"{self.label}: {shown(self.before)} → {shown(self.after)}"
 
 
 def shown(value: Any) -> str:
+    if isinstance(value, dict):  # what is set of it: "requests_per_minute 30, shadow yes"
+        return ", ".join(f"{k} {shown(v)}" for k, v in value.items() if v not in (None, False))
     if value is None or value == "":
         return "none"
     if value is True or value is False:
@@ -129,12 +153,14 @@ def dict_change_words(before: dict[str, Any], after: dict[str, Any]) -> str:
 
 
 def differences(before: dict[str, Any], after: dict[str, Any]) -> list[Difference]:
-    """What changes from one spec to another, field by field in the shown order."""
+    """What changes from one spec to another, field by field in the shown order. A part one
+    of them does not hold (kept before that part was) is not compared: it was not known."""
     fields = list(LABELS) + sorted((set(before) | set(after)) - set(LABELS))
     return [
         Difference(name, before.get(name), after.get(name))
         for name in fields
         if before.get(name) != after.get(name)
+        and not (name in PARTS and (name not in before or name not in after))
     ]
 
 

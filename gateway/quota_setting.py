@@ -15,6 +15,8 @@ from django.http import Http404
 
 from console.access import can_operate_somewhere, is_platform_admin, operates_team, team_roles
 from console.models import ApiKey, Team
+from deployments import revisions
+from deployments.actions import ActionRefused
 from deployments.models import Deployment
 from gateway import quotas
 from gateway.models import Quota
@@ -59,6 +61,8 @@ def set_quota(user: Any, subject: Subject, limits: dict[str, Any], shadow: bool 
         quota, _made = Quota.objects.update_or_create(
             **subject, defaults={**checked, "shadow": shadow}
         )
+        if "deployment" in subject:  # a deployment's quota is part of what it is asked to be
+            revisions.keep(subject["deployment"].pk, user, f"Quota: {quotas.limits_words(quota)}")
     return quota
 
 
@@ -87,7 +91,10 @@ def remove_quota(user: Any, quota_id: int) -> str:
     if not may_change(user, quota):
         raise PermissionDenied(f"Your role does not let you remove {subject_words(quota)}'s quota.")
     words = subject_words(quota)
-    quota.delete()
+    with transaction.atomic():
+        quota.delete()
+        if quota.deployment_id:
+            revisions.keep(quota.deployment_id, user, "Quota removed")
     return words
 
 
@@ -142,3 +149,42 @@ def subject_from_form(user: Any, value: str) -> Subject:
     if kind in ("team", "deployment") and name:
         return subject_for(user, **{kind: name})
     raise QuotaRefused("choose the key, team or deployment the quota is on", "subject")
+
+
+# ------------------------------------------- a deployment's quota, as its revisions keep it
+
+
+def quota_spec(deployment: Deployment) -> dict[str, Any] | None:
+    quota = Quota.objects.filter(deployment=deployment).first()
+    if quota is None:
+        return None
+    return {**{name: getattr(quota, name) for name in Quota.LIMITS}, "shadow": quota.shadow}
+
+
+def checked_quota_spec(value: Any) -> dict[str, Any] | None:
+    """A deployment's quota as a file gives it: null (none), or its limits and shadow."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ActionRefused("give the limits as an object, or null for no quota", "quota")
+    unknown = sorted(set(value) - {*quotas.LIMIT_FIELDS, "shadow"})
+    if unknown:
+        raise ActionRefused(
+            f"{unknown[0]} is not a limit: use {', '.join(quotas.LIMIT_FIELDS)}", "quota"
+        )
+    try:
+        limits = checked_limits(value)
+    except QuotaRefused as refused:
+        raise ActionRefused(str(refused), "quota") from None
+    return {**limits, "shadow": value.get("shadow", False) is True}
+
+
+def write_quota_spec(actor: Any, deployment: Deployment, value: dict[str, Any] | None) -> None:
+    """A rollback's or an apply's quota (checked where it was kept); its revision is theirs."""
+    if value is None:
+        Quota.objects.filter(deployment=deployment).delete()
+        return
+    Quota.objects.update_or_create(deployment=deployment, defaults=value)
+
+
+QUOTA_PART = revisions.Part("quota", quota_spec, checked_quota_spec, write_quota_spec)

@@ -11,6 +11,7 @@ import pytest
 from django.core.management import call_command
 
 from deployments.models import Deployment, Event
+from gateway.models import Quota
 from tests.integration.test_api import Caller, host_body
 
 pytestmark = pytest.mark.django_db
@@ -48,7 +49,7 @@ def test_export_then_apply_on_an_emptied_console_gives_the_same_and_again_change
         "variant": "bf16", "revision": "", "accelerators_per_copy": "0.25", "copies": 1,
         "autoscaling": None, "engine_settings": {"max_model_len": 4096}, "chat_name": "",
         "reply_wait_s": 120, "routing": "prefix", "max_waiting": 8, "queue_wait_s": 20,
-        "movable": True, "auto_rollback": False,
+        "movable": True, "auto_rollback": False, "quota": None,
     }  # fmt: skip
     Deployment.objects.all().delete()
     done = apply(bobs, exported)
@@ -164,3 +165,26 @@ def test_the_files_schema_is_published(demo, bob):
     assert entry["additionalProperties"] is False
     assert set(entry["required"]) == {"name", "team", "model", "cluster", "variant",
                                       "accelerators_per_copy"}  # fmt: skip
+
+
+def test_a_files_quota_is_made_changed_and_refused_in_words(demo, bob, red):
+    bobs = Caller(bob)
+    two_hosted(bobs)
+    document = bobs.get("/export").json()
+    document["deployments"][1]["quota"] = {"requests_per_minute": 30}
+    plan = apply(bobs, document).json()
+    assert [c["words"] for c in plan["items"][1]["changes"]] == [
+        "quota: none → requests_per_minute 30"
+    ]
+    assert Quota.objects.get(deployment__name="small").requests_per_minute == 30
+    assert bobs.get("/export").json()["deployments"][1]["quota"] == {
+        "tokens_per_day": None, "tokens_per_month": None, "requests_per_minute": 30,
+        "tokens_per_minute": None, "shadow": False,
+    }  # fmt: skip
+    document["deployments"][1]["quota"] = {"shadow": True}
+    refused = apply(bobs, document)
+    assert refused.status_code == 409
+    assert refused.json()["plan"]["items"][1]["reason"] == (
+        "quota: limits: set at least one of tokens_per_day, tokens_per_month, "
+        "requests_per_minute, tokens_per_minute (each a whole number from 1)"
+    )

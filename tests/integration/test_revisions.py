@@ -12,6 +12,7 @@ from deployments.choices import CopyState, ErrorCode, EventKind
 from deployments.classify import Failure
 from deployments.models import Copy, Deployment, Event
 from deployments.transitions import move_copy
+from gateway.models import Quota
 from tests.integration.test_api import Caller, host_body
 
 pytestmark = pytest.mark.django_db
@@ -63,6 +64,7 @@ def test_each_change_is_a_numbered_revision_with_who_why_and_what_it_changed(dem
         "max_waiting": 0,
         "queue_wait_s": None,
         "movable": True,
+        "quota": None,
     }
     assert [c["words"] for c in items[2]["changes"]] == ["routing: least_loaded → prefix"]
     assert items[1]["changes"] == [
@@ -237,3 +239,20 @@ def test_a_failed_rollback_to_the_last_that_served_is_not_rolled_back_again(demo
     assert told.message == (
         "Revision 6 failed: its copies never served (torch.OutOfMemoryError: CUDA out of memory.)."
     )  # it asks for what revision 4 asked: there is nothing left to go back to
+
+
+def test_a_deployments_quota_is_kept_in_its_revisions_and_rolled_back_with_them(demo, bob, red):
+    bobs, pk = revised(bob)
+    limits = {"deployment": "qwen3-8b", "tokens_per_day": 1000}
+    assert bobs.post("/quotas", limits).status_code == 201
+    items = bobs.get(f"/deployments/{pk}/revisions").json()["items"]
+    assert (items[0]["number"], items[0]["why"]) == (5, "Quota: 1,000 tokens per day")
+    assert [c["field"] for c in items[0]["changes"]] == ["quota"]
+    assert items[0]["spec"]["quota"] == {
+        "tokens_per_day": 1000, "tokens_per_month": None, "requests_per_minute": None,
+        "tokens_per_minute": None, "shadow": False,
+    }  # fmt: skip
+    assert bobs.post(f"/deployments/{pk}/rollback", {"revision": 4}).status_code == 202
+    assert not Quota.objects.filter(deployment_id=pk).exists()
+    assert bobs.post(f"/deployments/{pk}/rollback", {"revision": 5}).status_code == 202
+    assert Quota.objects.get(deployment_id=pk).tokens_per_day == 1000
