@@ -49,6 +49,8 @@ from berth_sdk.results import (  # noqa: E402
     LogLine,
     Model,
     Move,
+    Revision,
+    RevisionChange,
     UsageRow,
     Variant,
 )
@@ -86,6 +88,8 @@ __all__ = [
     "NotFoundError",
     "PermissionDeniedError",
     "RateLimitError",
+    "Revision",
+    "RevisionChange",
     "ServerError",
     "UnprocessableError",
     "UsageRow",

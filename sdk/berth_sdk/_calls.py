@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 from urllib.parse import quote
 
 from berth_sdk.errors import DeploymentFailedError, NotFoundError
-from berth_sdk.results import Autoscaling, Cluster, Deployment, Json, Model
+from berth_sdk.results import Autoscaling, Cluster, Deployment, Json, Model, Revision
 
 from ._http import Request
 
@@ -44,6 +44,11 @@ def number(size: Size) -> float | int | str:
 
 def in_path(name: str) -> str:
     return quote(name, safe="")
+
+
+def commented(body: dict[str, Any], comment: str) -> dict[str, Any]:
+    """A change's body with why it is made, kept with its revision: sent only when said."""
+    return {**body, "comment": comment} if comment else body
 
 
 # --- finding what a reference names --------------------------------------------------------
@@ -128,6 +133,7 @@ def host(
     autoscaling: Autoscaling | None = None,
     allow_moves: bool = False,
     routing: str | None = None,
+    comment: str = "",
 ) -> Request:
     """What is left None is left to the console, which chooses it and says why."""
     body: dict[str, Any] = {"model": repo_id, "copies": copies}
@@ -142,7 +148,7 @@ def host(
         body["autoscaling"] = autoscaling_body(autoscaling)
     if allow_moves:
         body["allow_moves"] = True
-    return Request("POST", "/deployments", body=body)
+    return Request("POST", "/deployments", body=commented(body, comment))
 
 
 def deployment(pk: int) -> Request:
@@ -157,31 +163,65 @@ def deployments(
 
 
 def scale(
-    pk: int, copies: int, accelerators_per_copy: Size | None, allow_moves: bool = False
+    pk: int,
+    copies: int,
+    accelerators_per_copy: Size | None,
+    allow_moves: bool = False,
+    comment: str = "",
 ) -> Request:
     size = None if accelerators_per_copy is None else number(accelerators_per_copy)
     body: dict[str, Any] = {"copies": copies, "accelerators_per_copy": size}
     if allow_moves:
         body["allow_moves"] = True
-    return Request("POST", f"/deployments/{pk}/scale", body=body)
+    return Request("POST", f"/deployments/{pk}/scale", body=commented(body, comment))
 
 
 def autoscaling_body(policy: Autoscaling | None) -> dict[str, Any] | None:
     return None if policy is None else dataclasses.asdict(policy)
 
 
-def set_autoscaling(pk: int, policy: Autoscaling | None) -> Request:
+def set_autoscaling(pk: int, policy: Autoscaling | None, comment: str = "") -> Request:
     body = {"autoscaling": autoscaling_body(policy)}
-    return Request("POST", f"/deployments/{pk}/autoscaling", body=body)
+    return Request("POST", f"/deployments/{pk}/autoscaling", body=commented(body, comment))
 
 
-def set_routing(pk: int, routing: str) -> Request:
-    return Request("POST", f"/deployments/{pk}/routing", body={"routing": routing})
+def set_routing(pk: int, routing: str, comment: str = "") -> Request:
+    body = commented({"routing": routing}, comment)
+    return Request("POST", f"/deployments/{pk}/routing", body=body)
 
 
-def set_queue(pk: int, max_waiting: int, queue_wait_s: int | None) -> Request:
+def set_queue(pk: int, max_waiting: int, queue_wait_s: int | None, comment: str = "") -> Request:
     body = {"max_waiting": max_waiting, "queue_wait_s": queue_wait_s}
-    return Request("POST", f"/deployments/{pk}/queue", body=body)
+    return Request("POST", f"/deployments/{pk}/queue", body=commented(body, comment))
+
+
+# --- revisions -----------------------------------------------------------------------------
+
+
+def revisions(pk: int) -> Request:
+    return Request("GET", f"/deployments/{pk}/revisions")
+
+
+def listed_revisions(data: Json) -> list[Revision]:
+    """Newest first, as the console lists them."""
+    return [Revision.from_api(item) for item in data.get("items", [])]
+
+
+def revision(pk: int, revision_number: int) -> Request:
+    return Request("GET", f"/deployments/{pk}/revisions/{revision_number}")
+
+
+def compare_revisions(pk: int, revision_number: int, other: int) -> Request:
+    return Request("GET", f"/deployments/{pk}/revisions/{revision_number}/compare/{other}")
+
+
+def roll_back(pk: int, revision_number: int, comment: str) -> Request:
+    body = commented({"revision": revision_number}, comment)
+    return Request("POST", f"/deployments/{pk}/rollback", body=body)
+
+
+def set_auto_rollback(pk: int, enabled: bool) -> Request:
+    return Request("POST", f"/deployments/{pk}/auto-rollback", body={"enabled": enabled})
 
 
 def action(pk: int, act: str) -> Request:

@@ -181,6 +181,7 @@ class Deployment:
     routing: str = "least_loaded"  # how the gateway picks a copy: least_loaded, prefix, session
     max_waiting: int = 0  # requests that may wait at each gateway when every copy is full
     queue_wait_s: int | None = None  # for how long each (None: the reply wait)
+    auto_rollback: bool = False  # a revision whose copies never serve is rolled back by itself
 
     @property
     def served_as(self) -> str:
@@ -218,7 +219,69 @@ class Deployment:
             created_at=moment(data.get("created_at")),
             copies=[DeploymentCopy.from_api(copy) for copy in data.get("copies", [])],
             autoscaling=Autoscaling.from_api(data.get("autoscaling")),
+            auto_rollback=bool(data.get("auto_rollback", False)),
         )
+
+
+@dataclass(frozen=True)
+class RevisionChange:
+    """One field that differs between two revisions: `words` says it as the console does,
+    e.g. "routing: least_loaded → prefix"; `label` is the field's name in words."""
+
+    field: str
+    label: str
+    before: Any
+    after: Any
+    words: str
+
+    @classmethod
+    def from_api(cls, data: Json) -> RevisionChange:
+        return cls(
+            field=str(data["field"]),
+            label=str(data.get("label", data["field"])),
+            before=data.get("before"),
+            after=data.get("after"),
+            words=str(data.get("words", "")),
+        )
+
+
+@dataclass(frozen=True)
+class Revision:
+    """One change of what a deployment is asked to be, numbered from 1: who made it (`by`:
+    "system" for Berth's own), when, why and with what comment; `restores`: the revision a
+    rollback made again; `outcome`: pending, served or failed (whether its copies served);
+    `current`: the one the deployment is asked to be now; `spec`: what it asked for;
+    `changes`: what it changed from the revision before it."""
+
+    number: int
+    at: datetime | None
+    by: str
+    why: str
+    comment: str
+    restores: int | None
+    outcome: str
+    current: bool
+    spec: dict[str, Any]
+    changes: list[RevisionChange]
+
+    @classmethod
+    def from_api(cls, data: Json) -> Revision:
+        return cls(
+            number=int(data["number"]),
+            at=moment(data.get("at")),
+            by=str(data.get("by", "")),
+            why=str(data.get("why", "")),
+            comment=str(data.get("comment", "")),
+            restores=data.get("restores"),
+            outcome=str(data.get("outcome", "")),
+            current=bool(data.get("current", False)),
+            spec=dict(data.get("spec") or {}),
+            changes=changes_of(data),
+        )
+
+
+def changes_of(data: Json) -> list[RevisionChange]:
+    return [RevisionChange.from_api(change) for change in data.get("changes", [])]
 
 
 @dataclass(frozen=True)

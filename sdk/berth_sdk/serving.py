@@ -1,5 +1,5 @@
-"""client.serving: host models, wait for them, watch, change and remove deployments, and
-estimate or check the fit of a model before hosting it.
+"""client.serving: host models, wait for them, watch, change and remove deployments, read their
+revisions and roll them back, and estimate or check the fit of a model before hosting it.
 
 A deployment is named by its id, its name, or a Deployment read before; a model by its catalog
 id or its repository id; a cluster by its id or its name.
@@ -31,6 +31,9 @@ from berth_sdk.results import (
     HostedDeployment,
     LogLine,
     Model,
+    Revision,
+    RevisionChange,
+    changes_of,
 )
 
 OnUpdate = Callable[[Deployment], None]
@@ -81,8 +84,8 @@ def event_filters(
 
 
 class Serving:
-    """Deployments: host, wait, read, list, scale, stop, start, retry, delete, check, logs, events;
-    and the memory estimate and fit check of a model."""
+    """Deployments: host, wait, read, list, scale, stop, start, retry, delete, check, logs, events,
+    revisions and rollback; and the memory estimate and fit check of a model."""
 
     def __init__(self, transport: Transport, models: Models, clusters: Clusters) -> None:
         self._transport = transport
@@ -112,6 +115,7 @@ class Serving:
         on_update: OnUpdate | None = None,
         allow_moves: bool = False,
         routing: str | None = None,
+        comment: str = "",
     ) -> int:
         """Host a model and return the deployment's id.
 
@@ -127,7 +131,7 @@ class Serving:
         With `allow_moves`, copies of other deployments may move to make room (each started at
         its new place before the old one stops), as the fit check's moves show. `routing` is
         how the gateway picks a copy: "least_loaded" (the console's default), "prefix" or
-        "session" (see set_routing).
+        "session" (see set_routing). `comment` says why, kept with its first revision.
         """
         hosted = self.host(
             model_id,
@@ -144,6 +148,7 @@ class Serving:
             autoscaling=autoscaling,
             allow_moves=allow_moves,
             routing=routing,
+            comment=comment,
         )
         if wait:
             self.wait_deployment_ready(
@@ -168,6 +173,7 @@ class Serving:
         autoscaling: Autoscaling | None = None,
         allow_moves: bool = False,
         routing: str | None = None,
+        comment: str = "",
     ) -> HostedDeployment:
         """Ask the console to host a model, without waiting; the answer says what it chose
         for what was left out, and why."""
@@ -187,6 +193,7 @@ class Serving:
             autoscaling=autoscaling,
             allow_moves=allow_moves,
             routing=routing,
+            comment=comment,
         )
         return HostedDeployment.from_api(self._transport.send(request))
 
@@ -286,42 +293,54 @@ class Serving:
 
     # --- changing --------------------------------------------------------------------------
 
+    # Each change below takes `comment`: why it is made, kept with the revision it makes.
+
     def scale(
         self,
         deployment: DeploymentRef,
         copies: int,
         accelerators_per_copy: Size | None = None,
         allow_moves: bool = False,
+        *,
+        comment: str = "",
     ) -> Deployment:
         """Run `copies` copies (0 to 1000), each of `accelerators_per_copy` (unchanged: None);
         with `allow_moves`, copies of other deployments may move to make room for them."""
-        request = calls.scale(self._id(deployment), copies, accelerators_per_copy, allow_moves)
+        pk = self._id(deployment)
+        request = calls.scale(pk, copies, accelerators_per_copy, allow_moves, comment)
         return Deployment.from_api(self._transport.send(request))
 
     def set_autoscaling(
-        self, deployment: DeploymentRef, autoscaling: Autoscaling | None
+        self, deployment: DeploymentRef, autoscaling: Autoscaling | None, *, comment: str = ""
     ) -> Deployment:
         """Let the deployment scale itself within `autoscaling`'s bounds (None: back to the
         number it has now, fixed). Copies that serve keep serving: only those outside new bounds
         start or leave. scale() with a fixed number also turns autoscaling off."""
-        request = calls.set_autoscaling(self._id(deployment), autoscaling)
+        request = calls.set_autoscaling(self._id(deployment), autoscaling, comment)
         return Deployment.from_api(self._transport.send(request))
 
-    def set_routing(self, deployment: DeploymentRef, routing: str) -> Deployment:
+    def set_routing(
+        self, deployment: DeploymentRef, routing: str, *, comment: str = ""
+    ) -> Deployment:
         """How the gateway picks a copy for each request: "least_loaded" (the fewest in
         flight), "prefix" (the copy that last served the prompt's beginning, which its engine
         still caches) or "session" (the copy the request's session used: its X-Berth-Session
         header, else the OpenAI `user`). Both of the latter give way to load."""
-        request = calls.set_routing(self._id(deployment), routing)
+        request = calls.set_routing(self._id(deployment), routing, comment)
         return Deployment.from_api(self._transport.send(request))
 
     def set_queue(
-        self, deployment: DeploymentRef, max_waiting: int, queue_wait_s: int | None = None
+        self,
+        deployment: DeploymentRef,
+        max_waiting: int,
+        queue_wait_s: int | None = None,
+        *,
+        comment: str = "",
     ) -> Deployment:
         """When every copy is full (its engine's max_num_seqs in flight): up to `max_waiting`
         requests wait at each gateway process (0: none, the engines queue them), each for
         `queue_wait_s` (None: the reply wait); past the queue a 429, past the wait a 503."""
-        request = calls.set_queue(self._id(deployment), max_waiting, queue_wait_s)
+        request = calls.set_queue(self._id(deployment), max_waiting, queue_wait_s, comment)
         return Deployment.from_api(self._transport.send(request))
 
     def stop_deployment(self, deployment: DeploymentRef) -> Deployment:
@@ -342,6 +361,38 @@ class Serving:
     def delete_deployment(self, deployment: DeploymentRef) -> None:
         """Stop every copy, then remove the deployment; the model stays on the server."""
         self._transport.send(calls.delete(self._id(deployment)))
+
+    # --- revisions -------------------------------------------------------------------------
+
+    def revisions(self, deployment: DeploymentRef) -> list[Revision]:
+        """Every change of what the deployment is asked to be, newest first: who made it,
+        when, why, and what it changed from the revision before."""
+        answer = self._transport.send(calls.revisions(self._id(deployment)))
+        return calls.listed_revisions(answer)
+
+    def revision(self, deployment: DeploymentRef, number: int) -> Revision:
+        request = calls.revision(self._id(deployment), number)
+        return Revision.from_api(self._transport.send(request))
+
+    def compare_revisions(
+        self, deployment: DeploymentRef, number: int, other: int
+    ) -> list[RevisionChange]:
+        """What changes from revision `number` to revision `other` (either may be the older)."""
+        request = calls.compare_revisions(self._id(deployment), number, other)
+        return changes_of(self._transport.send(request))
+
+    def roll_back(self, deployment: DeploymentRef, revision: int, comment: str = "") -> Deployment:
+        """Make the deployment what revision `revision` asked, as a new revision (its
+        `restores`); where that changes what the copies run, new copies replace the old ones
+        make-before-break. A revision it has not, or the one it is now: BerthAPIError, 400."""
+        request = calls.roll_back(self._id(deployment), revision, comment)
+        return Deployment.from_api(self._transport.send(request))
+
+    def set_auto_rollback(self, deployment: DeploymentRef, enabled: bool) -> Deployment:
+        """Whether a revision whose copies never serve is rolled back, by itself, to the last
+        one that served."""
+        request = calls.set_auto_rollback(self._id(deployment), enabled)
+        return Deployment.from_api(self._transport.send(request))
 
     # --- placement -------------------------------------------------------------------------
 
@@ -458,6 +509,7 @@ class AsyncServing:
         on_update: OnUpdate | None = None,
         allow_moves: bool = False,
         routing: str | None = None,
+        comment: str = "",
     ) -> int:
         """Host a model and return the deployment's id; see Serving.deploy_model."""
         hosted = await self.host(
@@ -475,6 +527,7 @@ class AsyncServing:
             autoscaling=autoscaling,
             allow_moves=allow_moves,
             routing=routing,
+            comment=comment,
         )
         if wait:
             await self.wait_deployment_ready(
@@ -499,6 +552,7 @@ class AsyncServing:
         autoscaling: Autoscaling | None = None,
         allow_moves: bool = False,
         routing: str | None = None,
+        comment: str = "",
     ) -> HostedDeployment:
         """Ask the console to host a model, without waiting; see Serving.host."""
         model = one_model(model_id, repo_id)
@@ -517,6 +571,7 @@ class AsyncServing:
             autoscaling=autoscaling,
             allow_moves=allow_moves,
             routing=routing,
+            comment=comment,
         )
         return HostedDeployment.from_api(await self._transport.send(request))
 
@@ -619,25 +674,35 @@ class AsyncServing:
         copies: int,
         accelerators_per_copy: Size | None = None,
         allow_moves: bool = False,
+        *,
+        comment: str = "",
     ) -> Deployment:
-        deployment_id = await self._id(deployment)
-        request = calls.scale(deployment_id, copies, accelerators_per_copy, allow_moves)
+        pk = await self._id(deployment)
+        request = calls.scale(pk, copies, accelerators_per_copy, allow_moves, comment)
         return Deployment.from_api(await self._transport.send(request))
 
     async def set_autoscaling(
-        self, deployment: DeploymentRef, autoscaling: Autoscaling | None
+        self, deployment: DeploymentRef, autoscaling: Autoscaling | None, *, comment: str = ""
     ) -> Deployment:
-        request = calls.set_autoscaling(await self._id(deployment), autoscaling)
+        request = calls.set_autoscaling(await self._id(deployment), autoscaling, comment)
         return Deployment.from_api(await self._transport.send(request))
 
-    async def set_routing(self, deployment: DeploymentRef, routing: str) -> Deployment:
-        request = calls.set_routing(await self._id(deployment), routing)
+    async def set_routing(
+        self, deployment: DeploymentRef, routing: str, *, comment: str = ""
+    ) -> Deployment:
+        request = calls.set_routing(await self._id(deployment), routing, comment)
         return Deployment.from_api(await self._transport.send(request))
 
     async def set_queue(
-        self, deployment: DeploymentRef, max_waiting: int, queue_wait_s: int | None = None
+        self,
+        deployment: DeploymentRef,
+        max_waiting: int,
+        queue_wait_s: int | None = None,
+        *,
+        comment: str = "",
     ) -> Deployment:
-        request = calls.set_queue(await self._id(deployment), max_waiting, queue_wait_s)
+        pk = await self._id(deployment)
+        request = calls.set_queue(pk, max_waiting, queue_wait_s, comment)
         return Deployment.from_api(await self._transport.send(request))
 
     async def stop_deployment(self, deployment: DeploymentRef) -> Deployment:
@@ -654,6 +719,32 @@ class AsyncServing:
 
     async def delete_deployment(self, deployment: DeploymentRef) -> None:
         await self._transport.send(calls.delete(await self._id(deployment)))
+
+    # --- revisions: see Serving's ------------------------------------------------------------
+
+    async def revisions(self, deployment: DeploymentRef) -> list[Revision]:
+        answer = await self._transport.send(calls.revisions(await self._id(deployment)))
+        return calls.listed_revisions(answer)
+
+    async def revision(self, deployment: DeploymentRef, number: int) -> Revision:
+        request = calls.revision(await self._id(deployment), number)
+        return Revision.from_api(await self._transport.send(request))
+
+    async def compare_revisions(
+        self, deployment: DeploymentRef, number: int, other: int
+    ) -> list[RevisionChange]:
+        request = calls.compare_revisions(await self._id(deployment), number, other)
+        return changes_of(await self._transport.send(request))
+
+    async def roll_back(
+        self, deployment: DeploymentRef, revision: int, comment: str = ""
+    ) -> Deployment:
+        request = calls.roll_back(await self._id(deployment), revision, comment)
+        return Deployment.from_api(await self._transport.send(request))
+
+    async def set_auto_rollback(self, deployment: DeploymentRef, enabled: bool) -> Deployment:
+        request = calls.set_auto_rollback(await self._id(deployment), enabled)
+        return Deployment.from_api(await self._transport.send(request))
 
     # --- placement -------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -196,6 +197,96 @@ def test_cost_gives_each_deployment_its_cost_and_cost_per_million_tokens(berth_c
     assert unknown.returncode == 2 and "'region' is not one of 'deployment', 'team'" in (
         unknown.stderr
     )
+
+
+def revised_by_cli(console: Console) -> None:
+    """Hosted where engines never finish loading (each revision stays pending), then routed,
+    queued and scaled, each with a comment: four revisions by bob."""
+    for args in [
+        ("deploy", QWEN, "--name", "revised", "--variant", "bf16", "--cluster", "stuck",
+         "--set", "max_model_len=4096", "--no-wait", "--comment", "first try"),
+        ("route", "revised", "prefix", "--comment", "chats"),
+        ("queue", "revised", "--max-waiting", "8", "--comment", "bursts"),
+        ("scale", "revised", "--copies", "2", "--comment", "more room"),
+    ]:  # fmt: skip
+        done = run(console, *args)
+        assert done.returncode == 0, done.stderr
+
+
+def cells(line: str) -> list[str]:
+    """A line of a table, its time (which the test cannot know) as WHEN."""
+    return re.split(r"\s{2,}", re.sub(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", "WHEN", line).strip())
+
+
+def test_revisions_lists_each_change_shows_one_in_words_and_compares_two(berth_console):
+    revised_by_cli(berth_console)
+    listed = run(berth_console, "revisions", "revised")
+    assert listed.returncode == 0, listed.stderr
+    assert [cells(line) for line in listed.stdout.splitlines()] == [
+        ["REVISION", "WHEN", "BY", "OUTCOME", "COMMENT", "WHY"],
+        ["*", "4", "WHEN", "bob", "pending", "more room", "Scale to 2 copies"],
+        ["3", "WHEN", "bob", "pending", "bursts",
+         "Queue when every copy is full: up to 8 requests, each for the reply wait"],
+        ["2", "WHEN", "bob", "pending", "chats", "Routing: prefix-aware (prefix)"],
+        ["1", "WHEN", "bob", "pending", "first try", "Host 1 × 0.25 on stuck"],
+        ["* what revised is asked to be now; back to another: berth rollback revised N"],
+    ]  # fmt: skip
+    as_json = json.loads(run(berth_console, "revisions", "revised", "-o", "json").stdout)
+    assert [(r["number"], r["current"], [c["words"] for c in r["changes"]]) for r in as_json] == [
+        (4, True, ["copies: 1 → 2"]), (3, False, ["queue length: 0 → 8"]),
+        (2, False, ["routing: least_loaded → prefix"]), (1, False, []),
+    ]  # fmt: skip
+
+    one = run(berth_console, "revisions", "revised", "2").stdout.splitlines()
+    assert [re.sub(r"\s+", " ", line) for line in one[:11]] == [
+        "revision: 2", f"when: {as_json[2]['at'][:19].replace('T', ' ')}", "by: bob",
+        "why: Routing: prefix-aware (prefix)", "comment: chats", "restores: -",
+        "outcome: pending", "", "Changes from revision 1:", " routing: least_loaded → prefix", "",
+    ]  # fmt: skip
+    assert '  routing:               "prefix"' in one
+    compared = run(berth_console, "revisions", "revised", "4", "--compare", "1")
+    assert compared.stdout == (
+        "From revision 4 to 1:\n  copies: 2 → 1\n  routing: prefix → least_loaded\n"
+        "  queue length: 8 → 0\n"
+    )
+    missing = run(berth_console, "revisions", "revised", "1", "--compare", "9")
+    assert (missing.returncode, missing.stderr) == (
+        1, "berth: the console refused (HTTP 400) [revision]: revision: revised has no "
+        "revision 9: it has revisions 1 to 4\n",
+    )  # fmt: skip
+    alone = run(berth_console, "revisions", "revised", "--compare", "2")
+    assert alone.returncode == 2 and "--compare M needs the revision NUMBER" in alone.stderr
+
+
+def test_rollback_makes_the_next_revision_and_auto_rollback_goes_on_and_off(berth_console):
+    revised_by_cli(berth_console)
+    rolled = run(berth_console, "rollback", "revised", "1", "--comment", "too much")
+    assert rolled.returncode == 0, rolled.stderr
+    assert rolled.stdout.startswith("Rolling back revised to revision 1. It is ")
+    newest = json.loads(run(berth_console, "revisions", "revised", "-o", "json").stdout)[0]
+    assert (newest["number"], newest["restores"], newest["comment"], newest["why"]) == (
+        5, 1, "too much", "Roll back to revision 1: copies: 2 → 1; routing: prefix → "
+        "least_loaded; queue length: 8 → 0",
+    )  # fmt: skip
+    assert Deployment.objects.get(name="revised").routing == "least_loaded"
+    missing = run(berth_console, "rollback", "revised", "9")
+    assert (missing.returncode, missing.stderr) == (
+        1, "berth: the console refused (HTTP 400) [revision]: revision: revised has no "
+        "revision 9: it has revisions 1 to 5\n",
+    )  # fmt: skip
+    same = run(berth_console, "rollback", "revised", "5", "-o", "json")
+    assert (same.returncode, json.loads(same.stdout)["message"]) == (
+        1, "revision: revised is asked to be that now: nothing changes",
+    )  # fmt: skip
+
+    on = run(berth_console, "auto-rollback", "revised", "on")
+    assert on.returncode == 0 and on.stdout.startswith("Auto-rollback on for revised. It is ")
+    assert "auto-rollback: on" in run(berth_console, "status", "revised").stdout
+    off = run(berth_console, "auto-rollback", "revised", "off", "-o", "json")
+    assert (off.returncode, json.loads(off.stdout)["auto_rollback"]) == (0, False)
+    assert Deployment.objects.get(name="revised").auto_rollback is False
+    maybe = run(berth_console, "auto-rollback", "revised", "maybe")
+    assert maybe.returncode == 2 and "'maybe' is not one of 'on', 'off'" in maybe.stderr
 
 
 def test_a_failed_or_timed_out_deploy_exits_3_or_4_with_the_reason(berth_console):

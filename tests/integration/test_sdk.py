@@ -25,6 +25,8 @@ from berth_sdk import (
     DeploymentFailedError,
     DeploymentStatus,
     DeploymentTimeoutError,
+    Revision,
+    RevisionChange,
 )
 
 from catalog.models import Model
@@ -123,6 +125,67 @@ def test_cost_reads_each_deployments_cost_per_day_and_refuses_a_bad_range(berth_
             return await api.cost(since="2026-03-01", until="2026-03-02")
 
     assert asyncio.run(awaited()) == report
+
+
+def revised(client: BerthClient) -> int:
+    """Hosted where engines never finish loading (so each revision stays pending), with a
+    comment, then routed, queued and scaled: four revisions by bob."""
+    pk = deploy(client, name="revised", cluster="stuck", wait=False, comment="first try")
+    client.serving.set_routing(pk, "prefix", comment="chats")
+    client.serving.set_queue("revised", 8, comment="bursts")
+    client.serving.scale(pk, 2)
+    return pk
+
+
+def test_revisions_list_compare_and_roll_back_and_refuse_a_missing_one_in_words(berth_console):
+    with berth_console.client() as client:
+        pk = revised(client)
+        listed = client.serving.revisions("revised")
+        assert [(r.number, r.by, r.comment, r.current, r.outcome, r.restores) for r in listed] == [
+            (4, "bob", "", True, "pending", None),
+            (3, "bob", "bursts", False, "pending", None),
+            (2, "bob", "chats", False, "pending", None),
+            (1, "bob", "first try", False, "pending", None),
+        ]  # fmt: skip
+        assert [[c.words for c in r.changes] for r in listed] == [
+            ["copies: 1 → 2"], ["queue length: 0 → 8"], ["routing: least_loaded → prefix"], [],
+        ]  # fmt: skip
+        assert client.serving.revision(pk, 2).changes == [
+            RevisionChange("routing", "routing", "least_loaded", "prefix",
+                           "routing: least_loaded → prefix")
+        ]  # fmt: skip
+        assert [c.words for c in client.serving.compare_revisions(pk, 4, 1)] == [
+            "copies: 2 → 1", "routing: prefix → least_loaded", "queue length: 8 → 0",
+        ]  # fmt: skip
+
+        rolled = client.serving.roll_back("revised", 1, comment="too much at once")
+        assert (rolled.copies_wanted, rolled.routing, rolled.max_waiting) == (1, "least_loaded", 0)
+        newest = client.serving.revisions(pk)[0]
+        assert (newest.number, newest.restores, newest.comment, newest.current) == (
+            5, 1, "too much at once", True,
+        )  # fmt: skip
+        assert newest.spec == listed[-1].spec
+        with pytest.raises(BerthAPIError) as missing:
+            client.serving.roll_back(pk, 9)
+        assert (missing.value.status_code, missing.value.field, missing.value.message) == (
+            400, "revision", "revision: revised has no revision 9: it has revisions 1 to 5",
+        )  # fmt: skip
+        assert client.serving.set_auto_rollback(pk, True).auto_rollback is True
+        assert client.serving.get_deployment(pk).auto_rollback is True
+
+    async def awaited() -> tuple[list[Revision], list[RevisionChange], bool, list[Revision]]:
+        async with AsyncBerthClient(base_url=berth_console.url, api_key=berth_console.key) as api:
+            before = await api.serving.revisions("revised")
+            compared = await api.serving.compare_revisions(pk, 5, 2)
+            await api.serving.roll_back(pk, 2)
+            off = await api.serving.set_auto_rollback("revised", False)
+            return before, compared, off.auto_rollback, await api.serving.revisions(pk)
+
+    before, compared, auto_rollback, after = asyncio.run(awaited())
+    assert before[0] == newest
+    assert [c.words for c in compared] == ["routing: least_loaded → prefix"]
+    assert auto_rollback is False
+    assert [(r.number, r.restores, r.by) for r in after[:2]] == [(6, 2, "bob"), (5, 1, "bob")]
 
 
 def test_two_models_hosted_with_defaults_share_one_gpu_and_both_answer(berth_console):

@@ -1,4 +1,4 @@
-"""berth deploy, ls, status, logs, scale, autoscale, stop, start, retry, delete."""
+"""berth deploy, ls, status, logs, scale, autoscale, route, queue, stop, start, retry, delete."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from berth_sdk.errors import DeploymentFailedError, DeploymentTimeoutError
 from berth_sdk.results import Autoscaling, Deployment, HostedDeployment
 
 from .app import App, cli, output_option
-from .output import DeployProgress, Out
+from .output import DeployProgress, Out, time_text
 
 F = TypeVar("F", bound=Callable[..., Any])
 POLL_S = 1.0
@@ -84,6 +84,12 @@ def deployment_names(ctx: click.Context, _param: click.Parameter, incomplete: st
 
 
 NAME = click.argument("name", shell_complete=deployment_names)
+COMMENT = click.option(
+    "--comment",
+    default="",
+    metavar="TEXT",
+    help="why this change is made, kept with its revision (berth revisions NAME lists them)",
+)
 
 
 def say_deployment(out: Out, deployment: Deployment) -> None:
@@ -104,6 +110,7 @@ def say_deployment(out: Out, deployment: Deployment) -> None:
             ("chat name", deployment.chat_name or "- (not in chat)"),
             ("routing", deployment.routing),
             ("queue", queue_words(deployment)),
+            ("auto-rollback", "on" if deployment.auto_rollback else "off"),
             ("last error", error_words(deployment)),
         ]
     )
@@ -226,6 +233,7 @@ def say_failure(out: Out, name: str, error: DeploymentFailedError) -> None:
     type=click.IntRange(1, 10080),
     help="autoscale: with a lowest of 0, zero copies after this many minutes without a request",
 )
+@COMMENT
 @click.option("--no-wait", is_flag=True, help="return once the console has accepted it")
 @click.option(
     "--timeout",
@@ -251,6 +259,7 @@ def deploy(
     max_copies: int | None,
     target: float | None,
     idle_minutes: int | None,
+    comment: str,
     no_wait: bool,
     timeout: float,
 ) -> None:
@@ -270,6 +279,7 @@ def deploy(
         name=name,
         autoscaling=policy_of(min_copies, max_copies, target, idle_minutes),
         routing=routing,
+        comment=comment,
     )
     deployment = client.serving.get_deployment(hosted.id)
     if not out.json:
@@ -387,7 +397,7 @@ def logs(app: App, name: str, follow: bool, stream: str | None, level: str | Non
             if app.out.json:
                 app.out.json_line(line)
             else:
-                at = line.at.strftime("%Y-%m-%d %H:%M:%S") if line.at else "-"
+                at = time_text(line.at)
                 click.echo(f"{at} {line.machine or '-'} {line.stream} {line.level} {line.text}")
                 sys.stdout.flush()
     except KeyboardInterrupt:
@@ -398,11 +408,12 @@ def logs(app: App, name: str, follow: bool, stream: str | None, level: str | Non
 @NAME
 @click.option("--copies", type=int, required=True, help="how many copies run, 0 to 1000")
 @size_option(None, "accelerators per copy; left out: unchanged")
+@COMMENT
 @output_option
 @click.pass_obj
-def scale(app: App, name: str, copies: int, size: Decimal | None) -> None:
+def scale(app: App, name: str, copies: int, size: Decimal | None, comment: str) -> None:
     """Change how many copies run (and the size of each)."""
-    said(app, app.client().serving.scale(name, copies, size), "Scaling")
+    said(app, app.client().serving.scale(name, copies, size, comment=comment), "Scaling")
 
 
 @cli.command(short_help="Let a deployment scale itself between bounds (--off: fixed).")
@@ -422,6 +433,7 @@ def scale(app: App, name: str, copies: int, size: Decimal | None) -> None:
     help="with a lowest of 0: go to zero copies after this many minutes without a request",
 )
 @click.option("--off", is_flag=True, help="stop autoscaling: keep the number it has now")
+@COMMENT
 @output_option
 @click.pass_obj
 def autoscale(
@@ -434,6 +446,7 @@ def autoscale(
     down_window: int | None,
     idle_minutes: int | None,
     off: bool,
+    comment: str,
 ) -> None:
     """Let NAME scale itself between --min and --max copies, aiming at --target requests in
     flight per copy; copies that serve keep serving. With --min 0 and --idle-minutes it goes
@@ -445,43 +458,47 @@ def autoscale(
         if asked is None:
             raise click.UsageError("give --min and --max, or --off")
         policy = replace(asked, up_window_s=up_window, down_window_s=down_window)
-    changed = app.client().serving.set_autoscaling(name, policy)
+    changed = app.client().serving.set_autoscaling(name, policy, comment=comment)
     said(app, changed, "Autoscaling" if policy else "Autoscaling off for")
 
 
 @cli.command("route", short_help="How the gateway picks a copy: least_loaded, prefix or session.")
 @NAME
 @click.argument("policy", type=click.Choice(ROUTING))
+@COMMENT
 @output_option
 @click.pass_obj
-def route(app: App, name: str, policy: str) -> None:
+def route(app: App, name: str, policy: str, comment: str) -> None:
     """Route NAME's requests by POLICY: least_loaded (the copy with the fewest in flight),
     prefix (the copy that last served the prompt's beginning, which its engine still caches)
     or session (the copy the request's session used: its X-Berth-Session header, else the
     OpenAI `user`). prefix and session give way when that copy is busier than the others.
     The copies go on serving."""
-    said(app, app.client().serving.set_routing(name, policy), "Routing")
+    said(app, app.client().serving.set_routing(name, policy, comment=comment), "Routing")
 
 
 @cli.command("queue", short_help="A queue at the gateway for when every copy is full.")
 @NAME
 @click.option("--max-waiting", type=int, required=True, help="requests that may wait (0: none)")
 @click.option("--wait", "wait_s", type=int, help="seconds each may wait  [default: the reply wait]")
+@COMMENT
 @output_option
 @click.pass_obj
-def queue(app: App, name: str, max_waiting: int, wait_s: int | None) -> None:
+def queue(app: App, name: str, max_waiting: int, wait_s: int | None, comment: str) -> None:
     """When every copy of NAME is full (its engine's max_num_seqs in flight), let up to
     --max-waiting requests wait at each gateway process, each for --wait seconds; past the
     queue a request gets 429, past its wait 503. --max-waiting 0: no queue."""
-    said(app, app.client().serving.set_queue(name, max_waiting, wait_s), "Queue set for")
+    queued = app.client().serving.set_queue(name, max_waiting, wait_s, comment=comment)
+    said(app, queued, "Queue set for")
 
 
-def said(app: App, deployment: Deployment, doing: str) -> None:
+def said(app: App, deployment: Deployment, doing: str, to: str = "") -> None:
+    """The deployment changed, as --output asks: "Routing NAME[ to…]. It is STATE: message"."""
     if app.out.json:
         app.out.data(deployment)
         return
     message = f": {deployment.last_message}" if deployment.last_message else ""
-    app.out.line(f"{doing} {deployment.name}. It is {deployment.state}{message}")
+    app.out.line(f"{doing} {deployment.name}{to}. It is {deployment.state}{message}")
 
 
 @cli.command(short_help="Stop every copy (start starts it again).")

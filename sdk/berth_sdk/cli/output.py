@@ -8,6 +8,7 @@ import json
 import sys
 import time
 from collections.abc import Sequence
+from datetime import datetime
 from types import TracebackType
 from typing import Any
 
@@ -22,6 +23,11 @@ from berth_sdk.results import Deployment, plain
 
 def terminal() -> bool:
     return sys.stdout.isatty()
+
+
+def time_text(at: datetime | None) -> str:
+    """A time as the console gave it (its time zone: UTC), to the second."""
+    return at.strftime("%Y-%m-%d %H:%M:%S") if at else "-"
 
 
 class Out:
