@@ -15,6 +15,7 @@ from deployments.models import (
     LogLine,
     MachineFiles,
     Reservation,
+    Revision,
 )
 
 
@@ -136,6 +137,16 @@ class EventAdmin(ReadOnlyAdmin):
     ]
     list_filter = ["kind", "to_state"]
     search_fields = ["deployment_name", "message", "actor_name"]
+
+
+@admin.register(Revision)
+class RevisionAdmin(ReadOnlyAdmin):
+    """Revisions are kept by the actions that make the changes: to read; a rollback is an
+    action on the deployment's Revisions tab."""
+
+    list_display = ["deployment", "number", "at", "actor_name", "outcome", "why", "comment"]
+    list_filter = ["outcome"]
+    search_fields = ["deployment__name", "why", "comment", "actor_name"]
 
 
 @admin.register(LogLine)

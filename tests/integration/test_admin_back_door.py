@@ -108,3 +108,14 @@ def test_a_server_copy_of_a_model_is_not_deleted_in_the_admin(staff, running):
         == 403
     )
     assert ServerModel.objects.filter(pk=row.pk).exists()
+
+
+def test_revisions_are_read_only_in_the_admin(staff, running):
+    revision = running.revisions.get()
+    page = staff.get("/admin/deployments/revision/").content.decode()
+    assert "Host (made by the tests)" in page
+    url = f"/admin/deployments/revision/{revision.pk}/change/"
+    assert staff.post(url, {"why": "rewritten", "number": 1}).status_code == 403
+    assert staff.post(f"/admin/deployments/revision/{revision.pk}/delete/").status_code == 403
+    assert staff.get("/admin/deployments/revision/add/").status_code == 403
+    assert running.revisions.get().why == "Host (made by the tests)"
