@@ -14,9 +14,11 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from berth_sdk.client import AsyncBerthClient, BerthClient  # noqa: E402
+from berth_sdk.config_files import ApplyPlan, PlanItem  # noqa: E402
 from berth_sdk.errors import (  # noqa: E402
     APIConnectionError,
     APITimeoutError,
+    ApplyRefusedError,
     AuthenticationError,
     BadRequestError,
     BerthAPIError,
@@ -58,6 +60,8 @@ from berth_sdk.results import (  # noqa: E402
 __all__ = [
     "APIConnectionError",
     "APITimeoutError",
+    "ApplyPlan",
+    "ApplyRefusedError",
     "AsyncBerthClient",
     "Autoscaling",
     "AuthenticationError",
@@ -81,6 +85,7 @@ __all__ = [
     "Event",
     "FitCheck",
     "Move",
+    "PlanItem",
     "HostedDeployment",
     "Identity",
     "LogLine",

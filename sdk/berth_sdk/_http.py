@@ -34,7 +34,7 @@ class Request:
 
     method: str
     path: str
-    params: Mapping[str, str] = field(default_factory=dict)
+    params: Mapping[str, str | list[str]] = field(default_factory=dict)  # a list: repeated
     body: Mapping[str, Any] | None = None
 
     @property
@@ -128,7 +128,7 @@ def answer(response: httpx.Response) -> Any:
             "without Berth's error body: is the URL the console's address?"
         )
         about = ""
-    raise api_error(response.status_code, message, about, method, url)
+    raise api_error(response.status_code, message, about, method, url, data)
 
 
 class Transport:

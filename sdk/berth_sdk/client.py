@@ -26,6 +26,7 @@ from berth_sdk._http import AsyncTransport, RetryPolicy, Transport
 from berth_sdk._paging import async_pages, pages
 from berth_sdk.catalog import AsyncModels, Models
 from berth_sdk.clusters import AsyncClusters, Clusters
+from berth_sdk.config_files import AsyncConfigFiles, ConfigFiles
 from berth_sdk.errors import BerthError
 from berth_sdk.quotas import AsyncQuotas, Quotas
 from berth_sdk.results import CostReport, Identity, UsageRow
@@ -63,7 +64,8 @@ def openai_module() -> Any:
 
 class BerthClient:
     """The console's API: `serving` (deployments, estimates, fit checks), `models` (the
-    catalog), `clusters`, `quotas`, `me()`, `usage()`, and `openai()` for the gateway.
+    catalog), `clusters`, `quotas`, `config_files` (export and apply), `me()`, `usage()`, and
+    `openai()` for the gateway.
 
     `timeout` is each request's limit in seconds (or an httpx.Timeout); safe requests are
     retried up to `max_retries` times on connection errors, timeouts, 502, 503 and 429.
@@ -91,6 +93,7 @@ class BerthClient:
         self.clusters = Clusters(self._transport)
         self.serving = Serving(self._transport, self.models, self.clusters)
         self.quotas = Quotas(self._transport)
+        self.config_files = ConfigFiles(self._transport)
 
     def __repr__(self) -> str:
         return f"BerthClient(base_url={self.base_url!r})"  # never the key
@@ -183,6 +186,7 @@ class AsyncBerthClient:
         self.clusters = AsyncClusters(self._transport)
         self.serving = AsyncServing(self._transport, self.models, self.clusters)
         self.quotas = AsyncQuotas(self._transport)
+        self.config_files = AsyncConfigFiles(self._transport)
 
     def __repr__(self) -> str:
         return f"AsyncBerthClient(base_url={self.base_url!r})"

@@ -8,9 +8,10 @@ DeploymentTimeoutError, which is also a TimeoutError.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from berth_sdk.config_files import ApplyPlan
     from berth_sdk.results import Deployment, DeploymentStatus
 
 
@@ -37,10 +38,16 @@ class APITimeoutError(APIConnectionError, TimeoutError):
 
 class BerthAPIError(BerthError):
     """The console answered with an error: its HTTP status, its message, and the field the
-    message is about ("" when it is not about one field)."""
+    message is about ("" when it is not about one field); `body`, the whole answer's JSON."""
 
     def __init__(
-        self, status_code: int, message: str, field: str = "", method: str = "", url: str = ""
+        self,
+        status_code: int,
+        message: str,
+        field: str = "",
+        method: str = "",
+        url: str = "",
+        body: Any = None,
     ) -> None:
         super().__init__(message)
         self.status_code = status_code
@@ -48,6 +55,7 @@ class BerthAPIError(BerthError):
         self.field = field
         self.method = method
         self.url = url
+        self.body = body
 
     def __str__(self) -> str:
         return f"{self.message} (HTTP {self.status_code})"
@@ -71,6 +79,15 @@ class NotFoundError(BerthAPIError):
 
 class ConflictError(BerthAPIError):
     """409: the object changed meanwhile; asking again usually works."""
+
+
+class ApplyRefusedError(ConflictError):
+    """409 of an apply: an item of the plan would not fit or is refused, so nothing was done;
+    `plan` says which, and why."""
+
+    def __init__(self, plan: ApplyPlan, message: str, method: str = "", url: str = "") -> None:
+        super().__init__(409, message, "", method, url)
+        self.plan = plan
 
 
 class UnprocessableError(BerthAPIError):
@@ -97,11 +114,16 @@ BY_STATUS: dict[int, type[BerthAPIError]] = {
 
 
 def api_error(
-    status_code: int, message: str, field: str = "", method: str = "", url: str = ""
+    status_code: int,
+    message: str,
+    field: str = "",
+    method: str = "",
+    url: str = "",
+    body: Any = None,
 ) -> BerthAPIError:
     """The BerthAPIError subclass for this status."""
     kind = BY_STATUS.get(status_code, ServerError if status_code >= 500 else BerthAPIError)
-    return kind(status_code, message, field, method, url)
+    return kind(status_code, message, field, method, url, body)
 
 
 class DeploymentFailedError(BerthError):

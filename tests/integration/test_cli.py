@@ -416,3 +416,124 @@ def test_login_stores_the_key_for_the_owner_only_and_the_environment_wins(berth_
 
     completion = run(berth_console, "completion", "bash", key="", home=home)
     assert completion.returncode == 0 and "complete" in completion.stdout
+
+
+def two_for_a_file(console: Console) -> None:
+    """alpha and beta hosted on `stuck` (their engines never finish loading), beta routed."""
+    for args in [
+        ("deploy", QWEN, "--name", "alpha", "--variant", "bf16", "--cluster", "stuck",
+         "--set", "max_model_len=4096", "--no-wait"),
+        ("deploy", QWEN, "--name", "beta", "--variant", "bf16", "--cluster", "stuck",
+         "--chat-name", "beta", "--no-wait"),
+        ("route", "beta", "prefix"),
+    ]:  # fmt: skip
+        done = run(console, *args)
+        assert done.returncode == 0, done.stderr
+
+
+def exported_to(console: Console, path: Path) -> str:
+    exported = run(console, "export", "alpha", "beta")
+    assert exported.returncode == 0, exported.stderr
+    path.write_text(exported.stdout)
+    return exported.stdout
+
+
+def test_export_then_apply_on_an_emptied_console_gives_the_same_file_and_again_nothing(
+    berth_console, tmp_path
+):
+    two_for_a_file(berth_console)
+    file = tmp_path / "berth.yaml"
+    text = exported_to(berth_console, file)
+    assert text.startswith("version: 1\ndeployments:\n- name: alpha\n  team: red\n")
+    for name in ("alpha", "beta"):
+        assert run(berth_console, "delete", name, "--yes").returncode == 0
+    wait_for(lambda: not Deployment.objects.exists(), 60, 0.2, "alpha and beta deleted")
+
+    applied = run(berth_console, "apply", "-f", str(file))
+    assert applied.returncode == 0, applied.stderr
+    assert applied.stdout == (
+        "NAME   ACTION  CHANGES  REASON\n"
+        "alpha  create  -        -\n"
+        "beta   create  -        -\n"
+        "Applied: 2 created\n"
+    )
+    assert run(berth_console, "export", "alpha", "beta").stdout == text  # 0 differences
+    again = run(berth_console, "apply", "-f", "-", stdin=text)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.splitlines()[1:] == [
+        "alpha  unchanged  -        -", "beta   unchanged  -        -", "Applied: 2 unchanged",
+    ]  # fmt: skip
+
+
+def test_apply_dry_run_says_the_update_in_words_and_changes_nothing(berth_console, tmp_path):
+    two_for_a_file(berth_console)
+    file = tmp_path / "berth.yaml"
+    text = exported_to(berth_console, file)
+    file.write_text(text.replace("routing: prefix", "routing: session"))
+    planned = run(berth_console, "apply", "-f", str(file), "--dry-run")
+    assert planned.returncode == 0, planned.stderr
+    assert planned.stdout == (
+        "NAME   ACTION     CHANGES                    REASON\n"
+        "alpha  unchanged  -                          -\n"
+        "beta   update     routing: prefix → session  -\n"
+        "1 to update, 1 unchanged\n"
+    )
+    assert Deployment.objects.get(name="beta").routing == "prefix"
+    as_json = json.loads(
+        run(berth_console, "apply", "-f", str(file), "--dry-run", "-o", "json").stdout
+    )
+    assert (as_json["dry_run"], as_json["applied"], as_json["counts"]["update"]) == (True, False, 1)
+
+
+GAMMA = """\
+version: 1
+deployments:
+- name: gamma
+  team: red
+  model: Qwen/Qwen3-0.6B
+  cluster: {cluster}
+  variant: bf16
+  accelerators_per_copy: '0.25'
+  routing: {routing}
+"""
+
+
+def test_apply_says_a_files_mistakes_at_their_line_and_a_blocked_plan_does_nothing(
+    berth_console, tmp_path
+):
+    file = tmp_path / "gamma.yaml"
+    file.write_text(GAMMA.format(cluster="stuck", routing="least_loaded: no"))
+    broken = run(berth_console, "apply", "-f", str(file))
+    assert (broken.returncode, broken.stderr) == (
+        1, f"berth: {file}:9: not valid YAML: mapping values are not allowed here\n",
+    )  # fmt: skip
+    file.write_text(GAMMA.format(cluster="stuck", routing="random"))
+    bad = run(berth_console, "apply", "-f", str(file))
+    assert (bad.returncode, bad.stderr) == (
+        1, f"berth: {file}:9: document.deployments.0.routing: 'random' is not a routing policy: "
+        "use least_loaded, prefix, session\n",
+    )  # fmt: skip
+    file.write_text(GAMMA.format(cluster="stuck", routing="prefix") + "  colour: red\n")
+    unknown = run(berth_console, "apply", "-f", str(file))
+    assert (unknown.returncode, unknown.stderr) == (
+        1, f"berth: {file}:10: document.deployments.0.colour: Extra inputs are not permitted\n",
+    )  # fmt: skip
+    file.write_text(GAMMA.format(cluster="nowhere", routing="prefix"))
+    blocked = run(berth_console, "apply", "-f", str(file))
+    assert blocked.returncode == 1
+    assert blocked.stdout == (
+        "NAME   ACTION   CHANGES  REASON\n"
+        "gamma  refused  -        cluster: there is no cluster named nowhere\n"
+        "1 refused\n"
+    )
+    assert blocked.stderr == (
+        "berth: the console refused (HTTP 409): nothing was applied: fix gamma first\n"
+    )
+    as_json = json.loads(run(berth_console, "apply", "-f", str(file), "-o", "json").stdout)
+    assert (as_json["message"], as_json["plan"]["items"][0]["action"]) == (
+        "nothing was applied: fix gamma first", "refused",
+    )  # fmt: skip
+    assert not Deployment.objects.filter(name="gamma").exists()
+    schema = json.loads(run(berth_console, "apply", "--schema").stdout)
+    assert schema["required"] == ["version", "deployments"]
+    assert run(berth_console, "apply").returncode == 2

@@ -14,6 +14,8 @@ from datetime import date
 
 import pytest
 from berth_sdk import (
+    ApplyPlan,
+    ApplyRefusedError,
     AsyncBerthClient,
     Autoscaling,
     BerthAPIError,
@@ -25,6 +27,7 @@ from berth_sdk import (
     DeploymentFailedError,
     DeploymentStatus,
     DeploymentTimeoutError,
+    PlanItem,
     Revision,
     RevisionChange,
 )
@@ -346,3 +349,56 @@ def test_estimate_model_vram_is_the_consoles_estimate(berth_console):
         longer = client.serving.estimate_model_vram(QWEN, "bf16", max_model_len=32768)
     assert by_repo == by_id == console_says
     assert longer > by_repo  # a longer context needs more KV cache
+
+
+def test_export_and_apply_plan_carry_out_and_refuse_with_the_plan(berth_console):
+    with berth_console.client() as client:
+        deploy(client, name="filed", cluster="stuck", wait=False)
+        document = client.config_files.export(["filed"])
+        assert [(d["name"], d["cluster"], d["routing"]) for d in document["deployments"]] == [
+            ("filed", "stuck", "least_loaded")
+        ]
+        document["deployments"][0]["routing"] = "session"
+        planned = client.config_files.apply(document, dry_run=True)
+        assert planned == ApplyPlan(
+            dry_run=True, applied=False,
+            counts={"create": 0, "update": 1, "unchanged": 0, "delete": 0, "would_not_fit": 0,
+                    "refused": 0},
+            items=[PlanItem("filed", "update", [RevisionChange(
+                "routing", "routing", "least_loaded", "session", "routing: least_loaded → session"
+            )], "")],
+        )  # fmt: skip
+        assert Deployment.objects.get(name="filed").routing == "least_loaded"
+        done = client.config_files.apply(document)
+        assert (done.applied, done.counts["update"]) == (True, 1)
+        assert Deployment.objects.get(name="filed").routing == "session"
+        assert client.config_files.apply_schema()["required"] == ["version", "deployments"]
+        elsewhere = {**document["deployments"][0], "name": "elsewhere", "cluster": "nowhere"}
+        blocked = {**document, "deployments": [*document["deployments"], elsewhere]}
+        with pytest.raises(ApplyRefusedError) as refused:
+            client.config_files.apply(blocked)
+        assert (refused.value.status_code, refused.value.message) == (
+            409, "nothing was applied: fix elsewhere first",
+        )  # fmt: skip
+        assert [(i.name, i.action, i.reason) for i in refused.value.plan.items] == [
+            ("filed", "unchanged", ""),
+            ("elsewhere", "refused", "cluster: there is no cluster named nowhere"),
+        ]  # fmt: skip
+
+    async def awaited() -> tuple[dict, ApplyPlan, ApplyRefusedError]:
+        async with AsyncBerthClient(base_url=berth_console.url, api_key=berth_console.key) as api:
+            exported = await api.config_files.export(team="red")
+            again = await api.config_files.apply(exported)
+            try:
+                await api.config_files.apply(blocked, dry_run=False)
+            except ApplyRefusedError as error:
+                return exported, again, error
+            raise AssertionError("the blocked apply was carried out")
+
+    exported, again, error = asyncio.run(awaited())
+    assert exported == document
+    assert (again.applied, [(i.name, i.action) for i in again.items]) == (
+        True, [("filed", "unchanged")],
+    )  # fmt: skip
+    assert error.plan == refused.value.plan
+    assert not Deployment.objects.filter(name="elsewhere").exists()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import chat, cost, deployments, placement, quota, revisions, session, usage  # noqa: F401 - each adds its commands
+from . import applying, chat, cost, deployments, placement, quota, revisions, session, usage  # noqa: F401 - each adds its commands
 from .app import cli
 
 

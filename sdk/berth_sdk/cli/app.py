@@ -17,6 +17,7 @@ import click
 from berth_sdk import __version__
 from berth_sdk.client import BerthClient
 from berth_sdk.errors import (
+    ApplyRefusedError,
     BerthAPIError,
     BerthError,
     ConfigurationError,
@@ -99,6 +100,8 @@ def failure_report(error: BerthError) -> tuple[int, dict[str, Any]]:
         return TIMED_OUT, {"error": "timed_out", "message": str(error), **body}
     if isinstance(error, BerthAPIError):
         body = {"status": error.status_code, "field": error.field}
+        if isinstance(error, ApplyRefusedError):
+            body["plan"] = plain(error.plan)
         return ERROR, {"error": "refused", "message": error.message, **body}
     return ERROR, {"error": "error", "message": str(error)}
 
