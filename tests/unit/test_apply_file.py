@@ -4,7 +4,6 @@ the text it was written as (a model revision such as 2024-01-01 is a tag's name)
 from __future__ import annotations
 
 import yaml
-
 from berth_sdk.cli.applying import Source
 
 
