@@ -25,7 +25,6 @@ from deployments.actions import ActionRefused
 from deployments.choices import RoutingPolicy
 from deployments.engine import settings as engine_settings
 from deployments.models import MOST_COPIES, MOST_WAITING, REPLY_WAIT_MAX_S, REPLY_WAIT_MIN_S
-from gateway.quotas_api import Limit
 
 
 def ruled(check: Callable[[Any], Any]) -> AfterValidator:
@@ -363,13 +362,18 @@ class EstimateIn(StrictSchema):
 MOST_APPLIED = 1000  # deployments in one file
 
 
-class QuotaLimitsIn(StrictSchema):
-    """A deployment's quota in the file (gateway/quotas.py's rules; at least one limit)."""
+# A limit of a deployment's quota in the file: gateway/quotas.py holds the rules (a domain this
+# layer does not import), which an apply checks through the revisions' quota part.
+QuotaLimit = Annotated[Whole, stated(1, 10**15)]
 
-    tokens_per_day: Limit | None = None
-    tokens_per_month: Limit | None = None
-    requests_per_minute: Limit | None = None
-    tokens_per_minute: Limit | None = None
+
+class QuotaLimitsIn(StrictSchema):
+    """A deployment's quota in the file (at least one limit)."""
+
+    tokens_per_day: QuotaLimit | None = None
+    tokens_per_month: QuotaLimit | None = None
+    requests_per_minute: QuotaLimit | None = None
+    tokens_per_minute: QuotaLimit | None = None
     shadow: bool = Field(False, description="only count and report what it would refuse")
 
 

@@ -612,8 +612,10 @@ class Delivery(models.Model):
 
 
 class Revision(models.Model):
-    """One numbered state of what an operator asked of a deployment (deployments/revisions.py
-    says what `spec` holds), written in the same transaction as the change it records."""
+    """One numbered state of what an operator asked of a deployment, kept with its change."""
+
+    # deployments/revisions.py says what `spec` holds; it is written in the same transaction
+    # as the change it records.
 
     deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="revisions")
     number = models.PositiveIntegerField()

@@ -17,6 +17,7 @@ from deployments.choices import (
     DeploymentState,
     MachineFilesState,
     MoveState,
+    RevisionOutcome,
 )
 from deployments.models import Copy, Deployment, MachineFiles
 
@@ -28,6 +29,7 @@ VOCABULARIES = [
     ClusterState,
     DeliveryState,
     MoveState,
+    RevisionOutcome,
 ]
 STATES = [state for vocabulary in VOCABULARIES for state in vocabulary]
 CSS = Path(__file__).resolve().parents[2] / "static" / "css" / "berth.css"
