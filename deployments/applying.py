@@ -150,7 +150,8 @@ class Planner:
         if existing is None:
             actions.check_name(name)
             return self.fitted(Item(name, CREATE, entry=entry, spec=spec), model, cluster)
-        changes = revisions.differences(revisions.spec_of(existing), spec)
+        now = revisions.spec_of(existing)
+        changes = revisions.differences(now, spec)
         if bool(entry.get("auto_rollback", False)) != existing.auto_rollback:
             changes.append(
                 revisions.Difference(
@@ -160,7 +161,7 @@ class Planner:
         if not changes:
             return Item(name, UNCHANGED, deployment=existing, entry=entry, spec=spec)
         item = Item(name, UPDATE, changes, deployment=existing, entry=entry, spec=spec)
-        if revisions.rolls_copies(revisions.spec_of(existing), spec):
+        if revisions.rolls_copies(now, spec):
             return self.fitted(item, model, cluster)
         return item
 

@@ -164,6 +164,24 @@ def differences(before: dict[str, Any], after: dict[str, Any]) -> list[Differenc
     ]
 
 
+@dataclass(frozen=True)
+class Listed:
+    """A revision as the API and the Revisions tab list it."""
+
+    revision: Revision
+    changes: list[Difference]  # from the revision before it
+    current: bool  # the one the deployment is asked to be now
+
+
+def listed(deployment: Deployment) -> list[Listed]:
+    """Every revision, newest first, each with what it changed from the one before it."""
+    rows = list(deployment.revisions.select_related("actor").order_by("number"))
+    return [
+        Listed(row, differences(rows[i - 1].spec, row.spec) if i else [], row is rows[-1])
+        for i, row in enumerate(rows)
+    ][::-1]
+
+
 def rolls_copies(before: dict[str, Any], after: dict[str, Any]) -> bool:
     return any(before.get(name) != after.get(name) for name in ROLLS_COPIES)
 

@@ -15,7 +15,6 @@ from deployments import actions, revisions
 from deployments.access import get_deployment
 from deployments.api import DeploymentOut, shown
 from deployments.api_input import AutoRollbackIn, RollbackIn
-from deployments.models import Deployment, Revision
 
 router = Router(tags=["deployments"])
 
@@ -63,8 +62,8 @@ def difference_out(change: revisions.Difference) -> dict[str, Any]:
     }
 
 
-def revision_out(row: Revision, before: Revision | None, current: int) -> dict[str, Any]:
-    changes = revisions.differences(before.spec, row.spec) if before else []
+def revision_out(item: revisions.Listed) -> dict[str, Any]:
+    row = item.revision
     return {
         "number": row.number,
         "at": row.at,
@@ -73,36 +72,26 @@ def revision_out(row: Revision, before: Revision | None, current: int) -> dict[s
         "comment": row.comment,
         "restores": row.restores,
         "outcome": row.outcome,
-        "current": row.number == current,
+        "current": item.current,
         "spec": row.spec,
-        "changes": [difference_out(change) for change in changes],
+        "changes": [difference_out(change) for change in item.changes],
     }
-
-
-def revisions_out(deployment: Deployment) -> list[dict[str, Any]]:
-    """Newest first, each with what it changed from the one before it."""
-    rows = list(deployment.revisions.order_by("number"))
-    current = rows[-1].number if rows else 0
-    shown_rows = [
-        revision_out(row, rows[i - 1] if i else None, current) for i, row in enumerate(rows)
-    ]
-    return shown_rows[::-1]
 
 
 @router.get("/deployments/{int:id}/revisions", response={200: RevisionsOut, **ERRORS})
 def list_revisions(request: HttpRequest, id: int) -> dict[str, Any]:
     """Every change of what the deployment is asked to be, newest first."""
     deployment = get_deployment(request.user, id)
-    return {"deployment": deployment.name, "items": revisions_out(deployment)}
+    items = [revision_out(item) for item in revisions.listed(deployment)]
+    return {"deployment": deployment.name, "items": items}
 
 
 @router.get("/deployments/{int:id}/revisions/{int:number}", response={200: RevisionOut, **ERRORS})
 def show_revision(request: HttpRequest, id: int, number: int) -> dict[str, Any]:
     deployment = get_deployment(request.user, id)
-    row = actions.revision_numbered(deployment, number)
-    before = deployment.revisions.filter(number__lt=number).order_by("-number").first()
-    current = revisions.latest(deployment.pk)
-    return revision_out(row, before, current.number if current else 0)
+    actions.revision_numbered(deployment, number)  # refuses a number it has not, in words
+    item = next(i for i in revisions.listed(deployment) if i.revision.number == number)
+    return revision_out(item)
 
 
 @router.get(

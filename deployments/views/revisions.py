@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
@@ -13,27 +12,8 @@ from django.views.decorators.http import require_POST
 from console.access import operates_team
 from deployments import actions, revisions
 from deployments.access import get_deployment
-from deployments.models import Revision
+from deployments.models import Deployment
 from deployments.views.deployments import operate
-
-
-@dataclass(frozen=True)
-class Row:
-    revision: Revision
-    changes: list[revisions.Difference]
-    current: bool
-
-
-def rows_of(revision_rows: list[Revision]) -> list[Row]:
-    """Newest first, each with what it changed from the one before it."""
-    ordered = sorted(revision_rows, key=lambda row: row.number)
-    rows = [
-        Row(row, revisions.differences(ordered[i - 1].spec, row.spec) if i else [], False)
-        for i, row in enumerate(ordered)
-    ]
-    if rows:
-        rows[-1] = Row(rows[-1].revision, rows[-1].changes, True)
-    return rows[::-1]
 
 
 def comparison(deployment: Any, request: HttpRequest) -> dict[str, Any]:
@@ -56,7 +36,7 @@ def deployment_revisions(request: HttpRequest, pk: int) -> HttpResponse:
     deployment = get_deployment(request.user, pk)
     context = {
         "deployment": deployment,
-        "rows": rows_of(list(deployment.revisions.select_related("actor"))),
+        "rows": revisions.listed(deployment),
         "operates_team": operates_team(request.user, deployment.team_id),
         **comparison(deployment, request),
     }
@@ -66,12 +46,18 @@ def deployment_revisions(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 def roll_back(request: HttpRequest, pk: int) -> HttpResponse:
     number, comment = request.POST.get("revision", ""), request.POST.get("comment", "")
-    act = lambda d: actions.roll_back(request.user, d, number, comment)  # noqa: E731
+
+    def act(deployment: Deployment) -> actions.Done:
+        return actions.roll_back(request.user, deployment, number, comment)
+
     return operate(request, pk, act, back_to="deployment_revisions")
 
 
 @require_POST
 def auto_rollback(request: HttpRequest, pk: int) -> HttpResponse:
     enabled = request.POST.get("enabled", "")
-    act = lambda d: actions.set_auto_rollback(request.user, d, enabled)  # noqa: E731
+
+    def act(deployment: Deployment) -> actions.Done:
+        return actions.set_auto_rollback(request.user, deployment, enabled)
+
     return operate(request, pk, act, back_to="deployment_revisions")
