@@ -6,7 +6,7 @@ from typing import Any
 
 from celery import Celery, bootsteps
 from celery.beat import PersistentScheduler
-from celery.signals import worker_init
+from celery.signals import task_postrun, task_prerun, worker_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 # Celery's Django fixup runs Django's system checks when a worker or beat starts, and they import
@@ -79,3 +79,23 @@ def refuse_demo_passwords_at_start(**kwargs: object) -> None:
         refuse_demo_passwords("worker")
     except ImproperlyConfigured as refused:
         raise SystemExit(f"ImproperlyConfigured: {refused}") from None
+
+
+# When each task running in this process began (prerun and postrun run in the same process).
+STARTED_AT: dict[str, float] = {}
+
+
+@task_prerun.connect
+def note_the_start(task_id: str = "", **kwargs: object) -> None:
+    STARTED_AT[task_id] = time.monotonic()
+
+
+@task_postrun.connect
+def record_the_run_time(
+    task_id: str = "", task: Any = None, state: str = "", **kwargs: object
+) -> None:
+    from console import task_figures
+
+    began = STARTED_AT.pop(task_id, None)
+    if began is not None and task is not None:
+        task_figures.record(task.name, time.monotonic() - began, failed=state == "FAILURE")

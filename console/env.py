@@ -184,6 +184,18 @@ def env_secret(name: str) -> str:
         ) from None
 
 
+def env_token(name: str, shortest: int) -> str:
+    """A secret others must present (env_secret's two ways), "" when unset; a short one is
+    refused, since anyone who guesses it reads what it guards. Never echoed in an error."""
+    token = env_secret(name)
+    if token and len(token) < shortest:
+        raise ImproperlyConfigured(
+            f"{name} is {len(token)} characters long, too short to be hard to guess: give at "
+            f"least {shortest}, e.g. from `openssl rand -hex 32`."
+        )
+    return token
+
+
 def env_email_address(name: str, *, needed_by: str) -> str:
     """An e-mail address, required when the setting needed_by names is set ("" otherwise)."""
     raw = os.environ.get(name, "").strip()

@@ -20,6 +20,7 @@ from console.env import (
     env_readable_file,
     env_secret,
     env_str,
+    env_token,
     for_test_worker,
     redis_for_test_worker,
     redis_url,
@@ -231,6 +232,10 @@ SMTP_FROM = env_email_address("BERTH_SMTP_FROM", needed_by="BERTH_SMTP_HOST")
 SMTP_TIMEOUT_S = env_float("BERTH_SMTP_TIMEOUT_S", 10.0, low=1, high=60)
 # Certificate authorities the mail server is checked against (PEM); empty: the system's.
 SMTP_CA_FILE = env_readable_file("BERTH_SMTP_CA_FILE")
+# A bearer token with which Prometheus scrapes the console's /metrics, the whole fleet's figures
+# (empty: only API keys and platform admins' sessions read /metrics). From BERTH_METRICS_TOKEN or
+# the file BERTH_METRICS_TOKEN_FILE names; never shown or logged.
+METRICS_TOKEN = env_token("BERTH_METRICS_TOKEN", shortest=32)
 # The console's address as people reach it, for links in notifications (empty: paths only).
 CONSOLE_URL = env_http_url("BERTH_CONSOLE_URL")
 # A copy must serve within base + per-GiB × model size (× 3 on unified-memory machines).

@@ -27,7 +27,7 @@ from gateway.errors import GatewayError
 from gateway.keys import Caller, caller_of
 from gateway.limits import TooMany
 from gateway.meter import METER
-from gateway.metrics import access_changes, limits_text
+from gateway.metrics import SCRAPER, access_changes, limits_text, scrape_token_matches
 from gateway.metrics import text as metrics_text
 from gateway.relay import JSON, RELAYED, Call, Reply, error_reply
 from gateway.routing import SESSION_HEADER, index_metrics
@@ -250,7 +250,8 @@ async def lifespan(receive: Receive, send: Send) -> None:
 async def metrics(
     scope: Scope, receive: Receive, send: Send, gateway_process: bool = False
 ) -> None:
-    """Prometheus' /metrics: with an API key (its teams' deployments) or as a staff user; the
+    """Prometheus' /metrics: with an API key (its teams' deployments), or the whole fleet's
+    figures with the scrape token or as a platform admin (fleet_metrics, task_figures); the
     console serves it, and the gateway's process too, adding its own key cache's figure and its
     own per-request metrics (gateway/meter.py: this process's, since it started)."""
     try:
@@ -270,7 +271,10 @@ async def metrics(
 
 
 async def metrics_reader(scope: Scope) -> Caller:
-    if header(scope, b"authorization"):
+    authorization = header(scope, b"authorization")
+    if authorization and scrape_token_matches(bearer(authorization)):
+        return SCRAPER
+    if authorization:
         return await authenticate(scope)
     session_key = parse_cookie(header(scope, b"cookie")).get(settings.SESSION_COOKIE_NAME)
     if not session_key:

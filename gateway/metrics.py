@@ -7,11 +7,16 @@ traffic by up to a minute, the flush interval.
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Iterable
 from typing import Any
 
+from django.conf import settings
 from django.db.models import Count, Q, QuerySet, Sum
 
+from console import prometheus, task_figures
+from console.models import KeyScope
+from deployments import fleet_metrics
 from deployments.choices import CopyState
 from deployments.models import Deployment
 from gateway import conf
@@ -29,6 +34,9 @@ SUMMARIES = (
     ("ttft", "berth_gateway_time_to_first_token_seconds", "Time to the first token."),
     ("latency", "berth_gateway_request_latency_seconds", "Time to the end of the reply."),
 )
+# The scrape token reads what a platform admin reads, without being anyone.
+SCRAPER = Caller(user_id=0, username="the scrape token", is_staff=True, team_ids=frozenset(),
+                 scope=KeyScope.READ)  # fmt: skip
 SUMMED = [field for field, _metric, _doc in COUNTERS] + [
     f"{field}_{part}" for field, _metric, _doc in SUMMARIES for part in ("sum_s", "count")
 ]
@@ -78,7 +86,14 @@ def text(caller: Caller) -> str:
             lines.append(f'{metric}_count{{deployment="{name}"}} {row[field + "_count"] or 0}')
     doc = "Copies ready to serve, which the gateway routes to."
     lines += family("berth_gateway_ready_copies", "gauge", doc, ready_copies(caller))
-    return "\n".join(lines) + "\n"
+    fleet = fleet_metrics.text() + task_figures.text() if caller.is_staff else ""
+    return "\n".join(lines) + "\n" + fleet
+
+
+def scrape_token_matches(secret: str | None) -> bool:
+    """Whether `secret` is the scrape token (BERTH_METRICS_TOKEN), compared in constant time."""
+    token = settings.METRICS_TOKEN
+    return bool(token and secret) and hmac.compare_digest(str(secret).encode(), token.encode())
 
 
 def access_changes(seen: int) -> str:
@@ -104,5 +119,5 @@ def limits_text(refused: dict[str, int]) -> str:
 
 
 def family(metric: str, kind: str, doc: str, values: Iterable[tuple[str, Any]]) -> list[str]:
-    lines = [f"# HELP {metric} {doc}", f"# TYPE {metric} {kind}"]
-    return lines + [f'{metric}{{deployment="{name}"}} {value or 0}' for name, value in values]
+    """A family of per-deployment samples."""
+    return prometheus.family(metric, kind, doc, (({"deployment": n}, v) for n, v in values))

@@ -38,9 +38,11 @@ CONSOLE_BASE = {
     "logins",
     "models",
     "outbound",
+    "prometheus",
     "security",
     "settings",
     "signals",
+    "task_figures",
     "team_actions",
     "time_zones",
 }

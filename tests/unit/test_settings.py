@@ -138,6 +138,17 @@ def test_good_settings_start():
             "BERTH_SMTP_PASSWORD_FILE='/no/such/password' is not a readable file",
         ),
         ("BERTH_SMTP_TIMEOUT_S", "0", "BERTH_SMTP_TIMEOUT_S=0 is outside 1..60"),
+        (
+            "BERTH_METRICS_TOKEN",
+            "short-token",
+            "BERTH_METRICS_TOKEN is 11 characters long, too short to be hard to guess: give at "
+            "least 32, e.g. from `openssl rand -hex 32`.",
+        ),
+        (
+            "BERTH_METRICS_TOKEN_FILE",
+            "/no/such/token",
+            "BERTH_METRICS_TOKEN_FILE='/no/such/token' is not a readable file",
+        ),
         ("BERTH_SMTP_CA_FILE", "/no/such/ca.pem", "BERTH_SMTP_CA_FILE='/no/such/ca.pem' is not a"),
     ],
 )
@@ -205,3 +216,16 @@ def test_each_parallel_test_worker_has_its_own_redis_queues_and_folders():
     second = settings_seen(PYTEST_XDIST_WORKER="gw1")
     assert second == ["redis://127.0.0.1:6379/2", "berth-gw1", "berth-gw1-transfers",
                       "berth-gw1", "state-gw1", "models-gw1"]  # fmt: skip
+
+
+def test_a_short_scrape_token_is_not_echoed():
+    result = start_with(BERTH_METRICS_TOKEN="hunter2-secret")
+    assert result.returncode != 0
+    assert "hunter2-secret" not in result.stderr
+
+
+def test_a_scrape_token_from_a_file_starts(tmp_path):
+    token_file = tmp_path / "metrics-token"
+    token_file.write_text("t" * 32 + "\n")
+    result = start_with(BERTH_METRICS_TOKEN_FILE=str(token_file))
+    assert result.returncode == 0, result.stderr
