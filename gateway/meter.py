@@ -19,6 +19,7 @@ import bisect
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from console.prometheus import escaped
 from gateway.keys import Caller
 
 # The conventions' ExplicitBucketBoundaries.
@@ -158,11 +159,6 @@ def head(metric: str, kind: str) -> list[str]:
 
 def sorted_items(series: dict) -> Iterable:  # type: ignore[type-arg]
     return sorted(series.items(), key=lambda item: repr(item[0]))
-
-
-def escaped(value: str) -> str:
-    """A label value as Prometheus' text format writes it."""
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 METER = Meter()  # this process's
