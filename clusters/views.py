@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Any
 
 from django.db.models import Prefetch
@@ -21,11 +20,11 @@ from clusters.models import (
     with_counts,
 )
 from console.lists import headings, pager
-from deployments.access import visible_deployments
+from deployments import room
 from deployments.models import Reservation
 from deployments.snapshot import inventory_for
 from placement.repack import fragmentation
-from placement.words import gib, percent_of, plural
+from placement.words import gib, plural
 
 LOCAL_KINDS = {ClusterKind.STANDALONE, ClusterKind.SIMULATOR}
 NOTICE_WORDS = {
@@ -87,28 +86,6 @@ def hardware_words(cluster: Cluster) -> str:
     return " · ".join(parts)
 
 
-def holders_by_accelerator(cluster: Cluster, user: Any) -> dict[int, list[Reservation]]:
-    """Who holds each accelerator's room; a deployment the user may not see is shown as
-    "another team" with its size only (`shown` False)."""
-    rows = Reservation.objects.filter(machine__cluster=cluster).select_related("copy__deployment")
-    visible = set(visible_deployments(user).values_list("pk", flat=True))
-    held: dict[int, list[Reservation]] = defaultdict(list)
-    for row in rows:
-        row.shown = row.copy.deployment_id in visible  # type: ignore[attr-defined]
-        if row.accelerator_id is not None:
-            held[row.accelerator_id].append(row)
-    return held
-
-
-def annotate_room(gpu: Accelerator, held: dict[int, list[Reservation]]) -> None:
-    """What each accelerator (and slice) has left, and which copies hold the rest."""
-    for unit in [gpu, *gpu.slices.all()]:
-        unit.holders = held.get(unit.pk, [])
-        used = sum(r.reserved_bytes for r in unit.holders)
-        unit.free_bytes = max(0, unit.memory_bytes - used)
-        unit.used_percent = percent_of(used, unit.memory_bytes)
-
-
 def cluster_detail(request: HttpRequest, pk: int) -> HttpResponse:
     gpus = Accelerator.objects.filter(parent__isnull=True).prefetch_related("slices")
     machines = Machine.objects.prefetch_related(
@@ -118,10 +95,12 @@ def cluster_detail(request: HttpRequest, pk: int) -> HttpResponse:
         with_counts(Cluster.objects).prefetch_related(Prefetch("machines", queryset=machines)),
         pk=pk,
     )
-    held = holders_by_accelerator(cluster, request.user)
+    held = room.holders_by_accelerator(
+        request.user, Reservation.objects.filter(machine__cluster=cluster)
+    )
     for machine in cluster.machines.all():
         for gpu in machine.gpus:
-            annotate_room(gpu, held)
+            room.annotate_room(gpu, held)
     notices: list[Any] = [NOTICE_WORDS.get(n, n) for n in cluster.notices]
     if cluster.kind in LOCAL_KINDS:  # engines on this machine: how far they are fenced in
         notices += isolation.status_words()

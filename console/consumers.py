@@ -42,7 +42,7 @@ def can_view_group(user: Any, group: str) -> bool:
     """Whether a WebSocket may join a live group (same rules as the pages)."""
     if not (user.is_authenticated and user.is_active):
         return False
-    if group in ("deployments", live.MODELS_GROUP):
+    if group in ("deployments", live.MODELS_GROUP, live.FLEET_GROUP):
         return True
     kind, _, rest = group.partition("-")
     ident = rest.removesuffix("-logs")

@@ -9,6 +9,7 @@ from django.http import HttpRequest
 from console.access import can_operate_somewhere, is_platform_admin
 
 NAVIGATION = [
+    ("Overview", "home", "overview"),
     ("Deployments", "deployment_list", "deployments"),
     ("Marketplace", "marketplace", "models"),
     ("On this server", "server_models", "models"),

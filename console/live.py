@@ -20,6 +20,14 @@ MODELS_GROUP = "models"  # the On this server page: every download's row
 DEPLOYMENT_ADDED = "deployment_added"
 
 
+# The fleet overview (the home page): told of every deployment's and copy's change of state.
+FLEET_GROUP = "fleet"
+
+
+def fleet_changed() -> None:
+    broadcast_on_commit(FLEET_GROUP, "fleet", 0)
+
+
 def deployment_group(deployment_id: int) -> str:
     return f"deployment-{deployment_id}"
 

@@ -7,7 +7,7 @@ from typing import Any
 from django.http import QueryDict
 from django.template.loader import render_to_string
 
-from console import live
+from console import live, overview
 from deployments.access import visible_deployments
 from deployments.forms import DeploymentFilter
 from deployments.views import partials
@@ -56,6 +56,12 @@ def deployment_added(user: Any, deployment_id: int, csrf_token: str, query: str)
     return render_to_string("deployments/_row_added.html", context)
 
 
+def fleet_overview(user: Any) -> str:
+    """The whole overview again, rendered for its user."""
+    context = {**overview.overview(user), "oob": True}
+    return render_to_string("console/_overview.html", context)
+
+
 def log_replay_start(user: Any, deployment_id: int, after: int) -> int:
     from deployments.log_search import replay_start
 
@@ -97,6 +103,8 @@ def variant_files(model_id: int, server_model_id: int) -> str:
 def catch_up(user: Any, group: str, csrf_token: str) -> str:
     """What a socket that just (re)connected sends at once: the page may have been rendered
     before a change whose broadcast went out while the socket was still connecting."""
+    if group == live.FLEET_GROUP:
+        return fleet_overview(user)
     kind, _, ident = group.partition("-")
     if kind != "deployment" or not ident.isdigit():
         return ""  # logs resume after their last seq; list pages are small to reload
@@ -110,6 +118,8 @@ def render(user: Any, group: str, message: dict[str, Any], csrf_token: str, quer
     """The HTML a socket of `group` sends for a message; `query` is the socket's query string
     (a list's filters)."""
     kind, ident = message["kind"], message["id"]
+    if group == live.FLEET_GROUP:
+        return fleet_overview(user)
     if group == "deployments" and kind == live.DEPLOYMENT_ADDED:
         return deployment_added(user, ident, csrf_token, query)
     if kind == "server_model" and group == live.MODELS_GROUP:

@@ -114,6 +114,7 @@ def move_deployment(
         notifications.on_state_change(deployment, before, event)
         live.broadcast_on_commit(live.deployment_group(deployment.pk), "deployment", deployment.pk)
         live.broadcast_on_commit("deployments", "deployment", deployment.pk)
+        live.fleet_changed()
     return deployment
 
 
@@ -133,6 +134,7 @@ def move_copy(
         with state_change_allowed():
             copy.save()
         live.broadcast_on_commit(live.deployment_group(copy.deployment_id), "copy", copy.pk)
+        live.fleet_changed()
     return copy
 
 

@@ -5,16 +5,18 @@ from __future__ import annotations
 from django.conf import settings
 from django.contrib.auth.decorators import login_not_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from console import system_status
+from console import overview, system_status
 from console.access import require_platform_admin
 
 
+@require_GET
 def home(request: HttpRequest) -> HttpResponse:
-    return redirect("deployment_list")
+    """The fleet overview (console/overview.py)."""
+    return render(request, "console/overview.html", overview.overview(request.user))
 
 
 @login_not_required

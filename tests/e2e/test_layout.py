@@ -50,7 +50,6 @@ VIEWPORTS = {"desktop": (1440, 900), "phone": (390, 844)}
 
 # Named URLs that are not pages a person opens, each with its reason.
 NOT_PAGES = {
-    "home": "redirects to deployment_list",
     "health": "JSON for monitors",
     "health_web": "JSON for load balancers",
     "logout": "POST only",
@@ -134,6 +133,7 @@ def pages_to_open(seed: dict[str, Any]) -> list[Visit]:
     w, r = seed["webhook"].pk, seed["recipient"].pk
     return [
         Visit("login", "", "/login/"),
+        Visit("home", "bob", "/"),  # the fleet overview, with its map of the seed's GPUs
         Visit("deployment_list", "bob", "/deployments/"),
         Visit("deployment_detail", "bob", f"/deployments/{d}/"),
         Visit("deployment_logs", "bob", f"/deployments/{d}/logs/"),

@@ -10,6 +10,7 @@ from tests import factories
 pytestmark = pytest.mark.e2e
 
 SECTIONS = [
+    ("Overview", "Nothing to look over yet."),
     ("Deployments", "No deployments yet."),
     ("Marketplace", "The catalog is empty."),
     ("On this server", "No models on this server yet."),
@@ -21,11 +22,15 @@ SECTIONS = [
 
 
 def log_in(page, console_url: str, username: str) -> None:
+    """Logs in (landing on the overview, the home page), then opens the deployments list, where
+    the tours begin."""
     page.goto(f"{console_url}/")
     page.fill("#id_username", username)
     page.fill("#id_password", factories.PASSWORD)
     page.click("button[type=submit]")
-    page.wait_for_url(f"{console_url}/deployments/")
+    page.wait_for_url(f"{console_url}/")
+    page.locator("#fleet-overview").wait_for()
+    page.goto(f"{console_url}/deployments/")
 
 
 def test_log_in_see_the_navigation_and_every_sections_empty_state(page, console_url):

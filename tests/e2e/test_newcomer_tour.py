@@ -111,7 +111,7 @@ def log_in_as_the_demo_operator(page, url: str) -> None:
     page.fill("#id_username", "operator")
     page.fill("#id_password", "berth-operator")
     page.click("button[type=submit]")
-    page.wait_for_url(f"{url}/deployments/")
+    page.wait_for_url(f"{url}/")
 
 
 def deploy_with_every_default(page) -> Deployment:

@@ -60,6 +60,7 @@ CONSOLE_WIRING = {
     "keys_api",
     "live_logs",
     "live_render",
+    "overview",
     "services",
     "system_status",
 }
