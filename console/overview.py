@@ -72,6 +72,14 @@ class LastHour:
     def busiest_minute(self) -> int:
         return max(self.per_minute, default=0)
 
+    @property
+    def bars(self) -> list[tuple[int, int, int]]:
+        """(x, y, height) of each minute's bar, on a 60 × 100 chart (y down, as SVG draws) whose
+        busiest minute is full height."""
+        top = self.busiest_minute or 1
+        heights = [round(100 * n / top) for n in self.per_minute]
+        return [(x, 100 - height, height) for x, height in enumerate(heights)]
+
 
 def overview(user: Any) -> dict[str, Any]:
     """The page's context for `user`."""

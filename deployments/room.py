@@ -32,7 +32,7 @@ def holders_by_accelerator(
 def annotate_room(gpu: Accelerator, held: dict[int, list[Reservation]]) -> None:
     """What each accelerator (and slice) has left, and which copies hold the rest; on the GPU
     itself, also every holder of it or its slices with the part of the card it takes
-    (`all_holders`, each with `percent`)."""
+    (`all_holders`, each with its `percent` and the `offset` it begins at)."""
     gpu.all_holders = []
     for unit in [gpu, *gpu.slices.all()]:
         unit.holders = held.get(unit.pk, [])
@@ -40,5 +40,6 @@ def annotate_room(gpu: Accelerator, held: dict[int, list[Reservation]]) -> None:
         unit.free_bytes = max(0, unit.memory_bytes - used)
         unit.used_percent = percent_of(used, unit.memory_bytes)
         for holder in unit.holders:
+            holder.offset = sum(h.percent for h in gpu.all_holders)  # where its part begins
             holder.percent = percent_of(holder.reserved_bytes, gpu.memory_bytes)
             gpu.all_holders.append(holder)

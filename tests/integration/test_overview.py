@@ -92,9 +92,14 @@ def test_an_operator_sees_the_failing_first_and_their_teams_figures(fleet, bob):
     first, second = page.select('[data-gpu="lab-m1/0"]'), page.select('[data-gpu="lab-m1/1"]')
     assert words(first[0].figcaption) == "GPU 0 · NVIDIA-H100-80GB-HBM3 · 39.65 GiB free"
     share = first[0].select_one(".gpu-share")
-    assert (words(share), share["style"]) == ("red-chat copy 0", "width: 50%")
+    assert (words(share), share["data-percent"]) == ("red-chat copy 0 40.00 GiB", "50")
+    drawn = first[0].select_one(".gpu-fill rect")
+    assert (drawn["x"], drawn["width"]) == ("0", "50")  # its part of the card
     other = second[0].select_one(".gpu-share")
-    assert (words(other), other["style"]) == ("another team", "width: 25%")
+    assert (words(other), other["data-percent"]) == ("another team 20.00 GiB", "25")
+    # The hour's 3 requests came 5 minutes ago: 5 bars before the last (this minute), full height.
+    bars = page.select(".minute-bars rect")
+    assert [(b["x"], b["height"]) for b in bars if b["height"] != "0"] == [("54", "100")]
     assert "green-batch" not in str(page)
 
 
@@ -105,14 +110,16 @@ def test_a_platform_admin_sees_every_team(fleet, alice):
     ]  # fmt: skip
     assert words(page.select_one("#hour-requests")) == "Requests 7"
     share = page.select_one('[data-gpu="lab-m1/1"] .gpu-share')
-    assert words(share) == "green-batch copy 0"
+    assert words(share) == "green-batch copy 0 20.00 GiB"
 
 
 def test_an_outsider_sees_the_gpus_room_but_no_deployment(fleet, dave):
     page = page_of(dave)
     assert page.select(".needs-a-look li") == []
     assert words(page.select_one("#all-well")) == "Every deployment is as asked."
-    assert [words(s) for s in page.select(".gpu-share")] == ["another team", "another team"]
+    assert [words(s) for s in page.select(".gpu-share")] == [
+        "another team 40.00 GiB", "another team 20.00 GiB"
+    ]  # fmt: skip
     assert page.select(".top-teams li") == []
     assert "red-chat" not in str(page) and "Deploy a model" not in str(page)
 
