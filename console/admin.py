@@ -3,7 +3,7 @@ from typing import Any
 from django import forms
 from django.contrib import admin
 
-from console.models import ApiKey, AuditEntry, Membership, Team
+from console.models import ApiKey, AuditEntry, GroupRule, Membership, SignOnIdentity, Team
 from console.team_actions import hf_token_problem
 
 
@@ -108,4 +108,25 @@ class AuditEntryAdmin(admin.ModelAdmin):
         return False
 
     def has_delete_permission(self, request: Any, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(GroupRule)
+class GroupRuleAdmin(admin.ModelAdmin):
+    """Which provider group gives which role in which team, applied at every single sign-on."""
+
+    list_display = ["group", "team", "role"]
+    list_filter = ["role", "team"]
+    search_fields = ["group", "team__name"]
+
+
+@admin.register(SignOnIdentity)
+class SignOnIdentityAdmin(admin.ModelAdmin):
+    """Written at a person's first single sign-on; deleting one lets the subject start afresh."""
+
+    list_display = ["user", "issuer", "subject", "created_at"]
+    search_fields = ["user__username", "subject"]
+    readonly_fields = ["user", "issuer", "subject", "created_at"]
+
+    def has_add_permission(self, request: Any) -> bool:
         return False

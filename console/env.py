@@ -212,3 +212,18 @@ def env_email_address(name: str, *, needed_by: str) -> str:
             f"{name}={raw!r} is not an e-mail address: give one like berth@example.com."
         )
     return raw
+
+
+def check_single_sign_on(issuer: str, client_id: str, secret: str, password_login: str) -> None:
+    """That single sign-on's settings make sense together (console/sso.py uses them)."""
+    if issuer and not (client_id and secret):
+        missing = "BERTH_OIDC_CLIENT_ID" if not client_id else "BERTH_OIDC_CLIENT_SECRET"
+        raise ImproperlyConfigured(
+            f"BERTH_OIDC_ISSUER is set, and single sign-on needs {missing} too: the client "
+            "registered for Berth at the provider."
+        )
+    if password_login == "staff" and not issuer:
+        raise ImproperlyConfigured(
+            "BERTH_PASSWORD_LOGIN=staff needs single sign-on (BERTH_OIDC_ISSUER): without it only "
+            "platform admins could log in."
+        )

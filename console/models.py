@@ -207,3 +207,41 @@ class AuditEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M} {self.actor_name or 'Berth'} {self.action} {self.target}"
+
+
+class GroupRule(models.Model):
+    """At every single sign-on, the provider's group `group` gives `role` in `team`."""
+
+    # A person gets the highest role their groups give in each team a rule names (console/sso.py).
+    group = models.CharField(max_length=200, help_text="the group's name in the provider's claim")
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="group_rules")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.VIEWER)
+
+    class Meta:
+        ordering = ["group", "team__name"]
+        constraints = [
+            models.UniqueConstraint(fields=["group", "team"], name="one_rule_per_group_and_team"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.group} → {self.role} in {self.team}"
+
+
+class SignOnIdentity(models.Model):
+    """Who a user is at the single sign-on provider: its subject, which never changes."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="sign_on"
+    )
+    issuer = models.CharField(max_length=500)
+    subject = models.CharField(max_length=255)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name_plural = "sign-on identities"
+        constraints = [
+            models.UniqueConstraint(fields=["issuer", "subject"], name="one_user_per_subject"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} at {self.issuer}"

@@ -8,6 +8,7 @@ from pathlib import Path
 from django.core.exceptions import ImproperlyConfigured
 
 from console.env import (
+    check_single_sign_on,
     database_from_url,
     env_bool,
     env_choice,
@@ -257,6 +258,26 @@ AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
+# Single sign-on with an OpenID Connect provider (console/sso.py): its issuer's URL, and the
+# client registered for Berth there (the secret from BERTH_OIDC_CLIENT_SECRET or the file
+# BERTH_OIDC_CLIENT_SECRET_FILE names). Unset: passwords only.
+OIDC_ISSUER = env_http_url("BERTH_OIDC_ISSUER")
+OIDC_CLIENT_ID = env_str("BERTH_OIDC_CLIENT_ID", "").strip()
+OIDC_CLIENT_SECRET = env_secret("BERTH_OIDC_CLIENT_SECRET")
+# The claim that lists a person's groups, which the admin's group rules map to teams and roles.
+OIDC_GROUPS_CLAIM = env_str("BERTH_OIDC_GROUPS_CLAIM", "groups").strip() or "groups"
+# staff: only platform admins log in with a password; everyone else through single sign-on.
+PASSWORD_LOGIN = env_choice("BERTH_PASSWORD_LOGIN", "everyone", ("everyone", "staff"))
+check_single_sign_on(OIDC_ISSUER, OIDC_CLIENT_ID, OIDC_CLIENT_SECRET, PASSWORD_LOGIN)
+if OIDC_ISSUER:
+    AUTHENTICATION_BACKENDS.append("console.sso.SingleSignOn")
+# mozilla-django-oidc's own settings (the provider's endpoints come from its discovery document).
+OIDC_RP_CLIENT_ID = OIDC_CLIENT_ID
+OIDC_RP_CLIENT_SECRET = OIDC_CLIENT_SECRET
+OIDC_RP_SIGN_ALGO = "RS256"
+OIDC_RP_SCOPES = "openid email profile"
+OIDC_USE_PKCE = True
+LOGIN_REDIRECT_URL_FAILURE = "/login/"
 AXES_FAILURE_LIMIT = env_int("BERTH_LOGIN_FAILURE_LIMIT", 5, low=1, high=100)
 AXES_COOLOFF_TIME = timedelta(
     minutes=env_int("BERTH_LOGIN_LOCKOUT_MINUTES", 15, low=1, high=24 * 60)

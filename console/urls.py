@@ -3,7 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from console import api_v1
-from console.views import account, events, keys, system, teams
+from console.views import account, events, keys, sign_on, system, teams
 from deployments.views import notifications
 
 admin.site.site_header = "Berth administration"
@@ -18,7 +18,9 @@ urlpatterns = [
     path("health", system.health, name="health"),
     path("health/web", system.health_web, name="health_web"),
     path("status/", system.platform_status, name="platform_status"),
-    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("login/", sign_on.login, name="login"),
+    path("login/sso/", sign_on.sign_on_start, name="oidc_authentication_init"),
+    path("login/sso/callback/", sign_on.sign_on_callback, name="oidc_authentication_callback"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("account/", account.account, name="account"),
     path("account/time-zone/", account.set_time_zone, name="account_time_zone"),

@@ -51,6 +51,8 @@ VIEWPORTS = {"desktop": (1440, 900), "phone": (390, 844)}
 # Named URLs that are not pages a person opens, each with its reason.
 NOT_PAGES = {
     "health": "JSON for monitors",
+    "oidc_authentication_init": "sends the browser to the single sign-on provider",
+    "oidc_authentication_callback": "where the provider sends the browser back",
     "health_web": "JSON for load balancers",
     "logout": "POST only",
     "revoke_api_key": "POST only",

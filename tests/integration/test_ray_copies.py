@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 from django.core.management import call_command
+from django.db import IntegrityError
 from django.test import Client
 from django.urls import reverse
 
@@ -280,7 +281,9 @@ def test_an_actor_no_copy_owns_is_stopped_and_another_installs_are_not(
                       accelerators_per_copy=Decimal("0.5"))  # fmt: skip
         wait_for(reached(orphan, DeploymentState.DEPLOYED), 180, every=0.5, what="DEPLOYED")
         name = Copy.objects.get(deployment=orphan).pod_name
-        Deployment.objects.filter(pk=orphan.pk).delete()  # its rows are gone; its actor is not
+        # Its rows are gone; its actor is not. The watcher may write a log line of the copy
+        # while the rows are deleted (a foreign key then refuses): delete until none came.
+        wait_for(lambda: rows_deleted(orphan), 30, every=0.2, what="the orphan's rows deleted")
         wait_for(lambda: ray_actors(ray_cluster.dashboard, tmp_path)[name].state == "DEAD", 120,
                  every=1, what="the actor no copy owns stopped")  # fmt: skip
         said = Event.objects.filter(message__startswith="Stopped an engine that no copy owns")
@@ -292,6 +295,14 @@ def test_an_actor_no_copy_owns_is_stopped_and_another_installs_are_not(
     theirs = list_actors(address=ray_cluster.dashboard, raise_on_missing_output=False,
                          filters=[("ray_namespace", "=", "berth-another-install")])  # fmt: skip
     assert [(a.name, a.state) for a in theirs] == [("theirs-0-copy1", "ALIVE")]
+
+
+def rows_deleted(deployment: Deployment) -> bool:
+    try:
+        Deployment.objects.filter(pk=deployment.pk).delete()
+    except IntegrityError:
+        return False
+    return True
 
 
 L4_NODE = {"num_cpus": 1, "num_gpus": 2, "resources": {"accelerator_type:L4": 1}}

@@ -42,6 +42,7 @@ CONSOLE_BASE = {
     "security",
     "settings",
     "signals",
+    "sso",
     "task_figures",
     "team_actions",
     "time_zones",

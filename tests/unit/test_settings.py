@@ -145,6 +145,28 @@ def test_good_settings_start():
             "least 32, e.g. from `openssl rand -hex 32`.",
         ),
         (
+            "BERTH_OIDC_ISSUER",
+            "login.example.com",
+            "BERTH_OIDC_ISSUER='login.example.com' is not an address",
+        ),
+        (
+            "BERTH_OIDC_ISSUER",
+            "https://login.example.com",
+            "BERTH_OIDC_ISSUER is set, and single sign-on needs BERTH_OIDC_CLIENT_ID too: the "
+            "client registered for Berth at the provider.",
+        ),
+        (
+            "BERTH_PASSWORD_LOGIN",
+            "staff",
+            "BERTH_PASSWORD_LOGIN=staff needs single sign-on (BERTH_OIDC_ISSUER): without it only "
+            "platform admins could log in.",
+        ),
+        (
+            "BERTH_PASSWORD_LOGIN",
+            "nobody",
+            "BERTH_PASSWORD_LOGIN='nobody' is not one of: everyone, staff.",
+        ),
+        (
             "BERTH_METRICS_TOKEN_FILE",
             "/no/such/token",
             "BERTH_METRICS_TOKEN_FILE='/no/such/token' is not a readable file",
@@ -228,4 +250,20 @@ def test_a_scrape_token_from_a_file_starts(tmp_path):
     token_file = tmp_path / "metrics-token"
     token_file.write_text("t" * 32 + "\n")
     result = start_with(BERTH_METRICS_TOKEN_FILE=str(token_file))
+    assert result.returncode == 0, result.stderr
+
+
+def test_an_issuer_with_a_client_id_but_no_secret_names_the_secret():
+    result = start_with(BERTH_OIDC_ISSUER="https://login.example.com", BERTH_OIDC_CLIENT_ID="berth")
+    assert result.returncode != 0
+    assert "single sign-on needs BERTH_OIDC_CLIENT_SECRET too" in result.stderr
+
+
+def test_single_sign_on_settings_that_agree_start():
+    result = start_with(
+        BERTH_OIDC_ISSUER="https://login.example.com",
+        BERTH_OIDC_CLIENT_ID="berth",
+        BERTH_OIDC_CLIENT_SECRET="s3cret",
+        BERTH_PASSWORD_LOGIN="staff",
+    )
     assert result.returncode == 0, result.stderr
