@@ -76,6 +76,7 @@ def words(element) -> str:
 
 def test_an_operator_sees_the_failing_first_and_their_teams_figures(fleet, bob):
     page = page_of(bob)
+    assert words(page.select_one("#deploy-model")) == "Deploy a model"  # bob operates in red
     assert [li["data-deployment"] for li in page.select(".needs-a-look li")] == [
         "red-broken", "red-wait"
     ]  # fmt: skip
