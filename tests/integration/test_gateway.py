@@ -450,9 +450,10 @@ def test_a_copy_killed_mid_stream_has_its_streams_continued_whole_at_the_other(
         re.fullmatch(r"A stream broke off at copy 0 after \d+ tokens \(.+\); copy 1 continued it\.",
                      event.message) for event in said
     )  # fmt: skip
+    # The records are written in batches a second apart: wait for all six streams' records.
     records = wait_for(
-        lambda: list(UsageRecord.objects.filter(deployment=deployment)) or None, 10, 0.2,
-        "the usage records",
+        lambda: (rows := list(UsageRecord.objects.filter(deployment=deployment))) and
+        len(rows) >= 6 and rows, 10, 0.2, "the six streams' usage records",
     )  # fmt: skip
     assert sorted((r.status, r.completion_tokens) for r in records) == [(200, 100)] * 6
     replies = [chat(gateway_url, key, "red-pair") for _ in range(5)]
