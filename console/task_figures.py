@@ -23,6 +23,8 @@ log = logging.getLogger(__name__)
 # model's files minutes.
 BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 120.0, 600.0)
 INFINITY = "+Inf"
+# Each bucket's `le` label, as Prometheus' text writes it ("0.01" … "600", then "+Inf").
+LABELS = (*(f"{bound:g}" for bound in BUCKETS), INFINITY)
 
 
 def key(what: str) -> str:
@@ -43,7 +45,8 @@ class TaskFigures:
 
 def bucket_labels(seconds: float) -> list[str]:
     """The buckets a run of `seconds` counts in (every bound at or above it, and +Inf)."""
-    return [f"{bound:g}" for bound in BUCKETS if seconds <= bound] + [INFINITY]
+    within = [label for bound, label in zip(BUCKETS, LABELS[:-1], strict=True) if seconds <= bound]
+    return [*within, INFINITY]
 
 
 def record(task: str, seconds: float, failed: bool) -> None:
@@ -94,7 +97,7 @@ def text() -> str:
     metric = "berth_task_duration_seconds"
     lines = [f"# HELP {metric} How long each background task ran.", f"# TYPE {metric} histogram"]
     for task, kept in sorted(figures.items()):
-        for label in [*(f"{bound:g}" for bound in BUCKETS), INFINITY]:
+        for label in LABELS:
             bucket = labelled(f"{metric}_bucket", {"task": task, "le": label})
             lines.append(f"{bucket} {kept.within.get(label, 0)}")
         lines.append(f"{labelled(metric + '_sum', {'task': task})} {kept.seconds}")

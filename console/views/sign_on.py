@@ -45,6 +45,8 @@ class SignOnStart(oidc_views.OIDCAuthenticationRequestView):
     get_settings = staticmethod(sso.setting)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # Past the library's __init__, which reads the provider's endpoint: here it is read in
+        # get(), so that a provider that cannot be reached is said on the login page.
         super(oidc_views.OIDCAuthenticationRequestView, self).__init__(*args, **kwargs)
         self.OIDC_RP_CLIENT_ID = settings.OIDC_CLIENT_ID
 
